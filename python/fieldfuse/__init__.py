@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fieldfuse: fused, differentiable kernels for physics-based 3-D reconstruction.
+
+Public functions live in one module per kernel family and are re-exported here; pure-PyTorch
+float64 oracles for every op live in ``fieldfuse.reference``.
+"""
+
+from __future__ import annotations
+
+from . import _C, reference
+from .tv import tv_iso_3d, tv_l1_3d, tv_sq_3d, tv_weighted_l1
+
+__version__ = _C.build_info()["version"]
+
+__all__ = [
+    "build_info",
+    "reference",
+    "tv_iso_3d",
+    "tv_l1_3d",
+    "tv_sq_3d",
+    "tv_weighted_l1",
+]
+
+
+def build_info() -> dict:
+    """What this build contains: version, CUDA on/off and architectures, OpenMP and its threads,
+    and how many CUDA devices are visible now."""
+    info = dict(_C.build_info())
+    info["cuda_device_count"] = _C.cuda_device_count()
+    return info

@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Glue between torch tensors and the C++ core: DLPack capsules, streams, workspaces, dtypes."""
+
+from __future__ import annotations
+
+import torch
+
+from . import _C  # noqa: F401  (re-exported for the op modules)
+
+# float16/bfloat16 inputs are accumulated in float32, and reductions return float32.
+_REDUCED_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def dl(tensor: torch.Tensor):
+    """A DLPack capsule viewing `tensor` (no copy).
+
+    stream=-1 asks PyTorch not to synchronise any stream: every fieldfuse call runs on the stream
+    passed explicitly (`stream_of`), which is the current one, so no ordering is lost and CUDA-graph
+    capture stays legal.
+    """
+    return tensor.detach().__dlpack__(stream=-1)
+
+
+def stream_of(tensor: torch.Tensor) -> int:
+    """The CUDA stream the op must run on (the current stream of the tensor's device), or 0 on CPU."""
+    if tensor.device.type == "cuda":
+        return torch.cuda.current_stream(tensor.device).cuda_stream
+    return 0
+
+
+def workspace(nbytes: int, device: torch.device) -> torch.Tensor:
+    """Scratch memory from PyTorch's (caching) allocator, so the core never allocates."""
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def reduced_dtype(dtype: torch.dtype) -> torch.dtype:
+    return _REDUCED_DTYPE.get(dtype, dtype)
+
+
+def check_tensor(op: str, arg: str, value) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{op}(): expected {arg} to be a torch.Tensor, but got {type(value).__name__}")
+
+
+def float_list(op: str, arg: str, values) -> list[float]:
+    """`values` as a list of Python floats, or a TypeError naming the argument."""
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"{op}(): expected {arg} to be a sequence of numbers, but got {values!r}"
+        ) from error

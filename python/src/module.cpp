@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// The nanobind module fieldfuse._C: error translation, build facts and one bind_<family> per
+// family. It never imports torch: tensors arrive as DLPack capsules and streams as integers.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include "fieldfuse/core.h"
+
+namespace nb = nanobind;
+
+namespace fieldfuse::python {
+void bind_tv(nb::module_& m);
+}
+
+NB_MODULE(_C, m) {
+  m.doc() = "fieldfuse C++ core (DLPack in, no libtorch)";
+
+  // fieldfuse::Error carries the Python exception it should become (see ErrorKind).
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const fieldfuse::Error& e) {
+      PyObject* type = PyExc_RuntimeError;
+      switch (e.kind()) {
+        case fieldfuse::ErrorKind::Value:
+          type = PyExc_ValueError;
+          break;
+        case fieldfuse::ErrorKind::Type:
+          type = PyExc_TypeError;
+          break;
+        case fieldfuse::ErrorKind::NotImplemented:
+          type = PyExc_NotImplementedError;
+          break;
+        case fieldfuse::ErrorKind::Runtime:
+          break;
+      }
+      PyErr_SetString(type, e.what());
+    }
+  });
+
+  m.def("build_info", [] {
+    const fieldfuse::BuildInfo info = fieldfuse::build_info();
+    nb::dict d;
+    d["version"] = info.version;
+    d["cuda"] = info.cuda;
+    d["cuda_architectures"] = info.cuda_architectures;
+    d["openmp"] = info.openmp;
+    d["openmp_max_threads"] = info.openmp_max_threads;
+    return d;
+  });
+  m.def("cuda_device_count", &fieldfuse::cuda_device_count);
+
+  fieldfuse::python::bind_tv(m);
+}

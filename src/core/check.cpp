@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// Definitions of the shared argument checks (see check.h for the contract of each).
+#include "core/check.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace fieldfuse::detail {
+
+std::string number_text(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+void fail(ErrorKind kind, const char* op, const std::string& message) {
+  throw Error(kind, std::string(op) + "(): " + message);
+}
+
+void check_min_dims(const char* op, const char* arg, const TensorRef& t, int min_dims,
+                    const char* layout) {
+  if (t.ndim < min_dims || t.ndim > kMaxDims) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to have " +
+             (t.ndim > kMaxDims ? "at most " + std::to_string(kMaxDims)
+                                : "at least " + std::to_string(min_dims)) +
+             " dims " + layout + ", but got shape " + t.shape_str());
+  }
+}
+
+static bool is_16bit_float(DType d) { return d == DType::Float16 || d == DType::BFloat16; }
+
+void check_float_dtype(const char* op, const char* arg, const TensorRef& t) {
+  const bool is_float = t.dtype == DType::Float32 || t.dtype == DType::Float64;
+  if (!is_float && !is_16bit_float(t.dtype)) {
+    fail(ErrorKind::Type, op,
+         "expected " + std::string(arg) +
+             " to have a floating dtype (float32 or float64; float16 or bfloat16 on CUDA), but "
+             "got " +
+             dtype_name(t.dtype));
+  }
+  if (is_16bit_float(t.dtype) && !t.device.is_cuda()) {
+    fail(ErrorKind::NotImplemented, op,
+         std::string("not implemented for ") + arg + " of dtype " + dtype_name(t.dtype) + " on " +
+             t.device.str() + "; float16 and bfloat16 are supported on CUDA (use float32 on cpu)");
+  }
+}
+
+void check_device_supported(const char* op, const char* arg, const TensorRef& t) {
+#if !FIELDFUSE_WITH_CUDA
+  if (t.device.is_cuda()) {
+    fail(ErrorKind::NotImplemented, op,
+         std::string("not implemented for ") + arg + " on " + t.device.str() +
+             ": this build of fieldfuse was compiled without CUDA");
+  }
+#else
+  (void)op;
+  (void)arg;
+  (void)t;
+#endif
+}
+
+void check_same_device(const char* op, const char* arg, const TensorRef& t, const char* ref_arg,
+                       const TensorRef& ref) {
+  if (t.device != ref.device) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " and " + ref_arg + " on the same device, but got " +
+             arg + " on " + t.device.str() + " and " + ref_arg + " on " + ref.device.str());
+  }
+}
+
+void check_dtype(const char* op, const char* arg, const TensorRef& t, DType dtype,
+                 const char* why) {
+  if (t.dtype != dtype) {
+    fail(ErrorKind::Type, op,
+         "expected " + std::string(arg) + " to have dtype " + dtype_name(dtype) + " (" + why +
+             "), but got " + dtype_name(t.dtype));
+  }
+}
+
+void check_same_shape(const char* op, const char* arg, const TensorRef& t, const char* ref_arg,
+                      const TensorRef& ref) {
+  bool same = t.ndim == ref.ndim;
+  for (int i = 0; same && i < t.ndim; ++i) same = t.sizes[i] == ref.sizes[i];
+  if (!same) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to have the shape of " + ref_arg + " " +
+             ref.shape_str() + ", but got " + t.shape_str());
+  }
+}
+
+void check_numel(const char* op, const char* arg, const TensorRef& t, int64_t numel) {
+  if (t.numel() != numel) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to have " + std::to_string(numel) + " element" +
+             (numel == 1 ? "" : "s") + ", but got shape " + t.shape_str());
+  }
+}
+
+void check_storage(const char* op, const char* arg, const TensorRef& t) {
+  if (t.ndim < 0 || t.ndim > kMaxDims) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to have 0 to " + std::to_string(kMaxDims) +
+             " dims, but got " + std::to_string(t.ndim));
+  }
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.sizes[i] < 0) {
+      fail(ErrorKind::Value, op,
+           "expected " + std::string(arg) + " to have non-negative sizes, but got shape " +
+               t.shape_str());
+    }
+  }
+  if (t.data == nullptr && t.numel() > 0) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to point at data, but got a null pointer for shape " +
+             t.shape_str());
+  }
+}
+
+void check_non_negative(const char* op, const char* arg, double value) {
+  if (!std::isfinite(value) || value < 0.0) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to be finite and >= 0, but got " + number_text(value));
+  }
+}
+
+void check_workspace(const char* op, const void* workspace, std::size_t bytes,
+                     std::size_t required) {
+  if (bytes < required || (workspace == nullptr && required > 0)) {
+    fail(ErrorKind::Value, op,
+         "expected a workspace of at least " + std::to_string(required) + " bytes, but got " +
+             (workspace == nullptr ? std::string("a null pointer")
+                                   : std::to_string(bytes) + " bytes"));
+  }
+}
+
+}  // namespace fieldfuse::detail

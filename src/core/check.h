@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// Argument validation shared by every op's front: each check throws fieldfuse::Error with a message
+// that names the op, the argument, what was expected and what was given.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "fieldfuse/core.h"
+
+namespace fieldfuse::detail {
+
+/// A double as messages print it: shortest round-trip-ish form ("0.3", "1e-09", "nan").
+std::string number_text(double value);
+
+/// Throws `Error(kind, op + "(): " + message)`.
+[[noreturn]] void fail(ErrorKind kind, const char* op, const std::string& message);
+
+/// The tensor has at least `min_dims` dims; `layout` describes them for the message, e.g.
+/// "[..., D, H, W]".
+void check_min_dims(const char* op, const char* arg, const TensorRef& t, int min_dims,
+                    const char* layout);
+
+/// Floating dtype this build can compute on t's device: float32/float64 anywhere, float16/bfloat16
+/// on CUDA only. Wrong kind of dtype -> Type; 16-bit on CPU -> NotImplemented.
+void check_float_dtype(const char* op, const char* arg, const TensorRef& t);
+
+/// The tensor's device is usable: CPU, or CUDA in a build with CUDA support.
+void check_device_supported(const char* op, const char* arg, const TensorRef& t);
+
+/// Both tensors live on the same device (the message names both).
+void check_same_device(const char* op, const char* arg, const TensorRef& t, const char* ref_arg,
+                       const TensorRef& ref);
+
+/// `t` has dtype `dtype`; `why` explains where that dtype comes from, e.g. "the dtype of vol".
+void check_dtype(const char* op, const char* arg, const TensorRef& t, DType dtype, const char* why);
+
+/// Same sizes as `ref` (strides may differ).
+void check_same_shape(const char* op, const char* arg, const TensorRef& t, const char* ref_arg,
+                      const TensorRef& ref);
+
+/// Exactly `numel` elements, any shape.
+void check_numel(const char* op, const char* arg, const TensorRef& t, int64_t numel);
+
+/// Non-negative sizes, and a data pointer whenever there are elements.
+void check_storage(const char* op, const char* arg, const TensorRef& t);
+
+/// A finite, non-negative scalar option.
+void check_non_negative(const char* op, const char* arg, double value);
+
+/// A workspace of at least `required` bytes (null is fine when nothing is required).
+void check_workspace(const char* op, const void* workspace, std::size_t bytes,
+                     std::size_t required);
+
+}  // namespace fieldfuse::detail

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// The TV formulas, written once as host+device functions that the CPU driver and the CUDA kernels
+// both call. No tensors, no allocation, no iteration order: drivers decide those.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/macros.h"
+
+namespace fieldfuse::detail::tv {
+
+// Note [clamped neighbours]
+// Every per-voxel function reads its neighbours through a Neighborhood `nb`, where
+// `nb(dd, dh, dw)` is the value at offset (dd, dh, dw) ∈ {-1, 0, 1}³ from the current voxel with
+// out-of-range coordinates clamped to the volume. A missing neighbour therefore equals the centre,
+// so a forward difference across the border is exactly zero: the squared and L1 terms of the spec
+// ("[prev exists]", "[next exists]", "a size-1 axis contributes 0") need no branches, and sign(0) =
+// 0 gives the L1 subgradient the spec asks for. The isotropic functional is the exception: a corner
+// whose differences are all zero still contributes sqrt(eps), so its corners carry explicit
+// validity flags (VoxelBounds) instead.
+
+/// Where a voxel sits relative to the volume's faces; only the isotropic terms need it.
+struct VoxelBounds {
+  bool has_prev_d, has_next_d;
+  bool has_prev_h, has_next_h;
+  bool has_prev_w, has_next_w;
+};
+
+// Float and double overloads that round identically on host and device (sqrtf and sqrt are
+// correctly rounded in both, since nvcc keeps IEEE sqrt unless told otherwise).
+FF_HOST_DEVICE FF_FORCE_INLINE float square_root(float x) { return sqrtf(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE double square_root(double x) { return sqrt(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE float absolute(float x) { return fabsf(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE double absolute(double x) { return fabs(x); }
+
+/// sign with sign(0) = 0 (and sign(NaN) = 0; NaN inputs still reach the sums through |Δ|).
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T sign0(T x) {
+  return static_cast<T>((x > T(0)) - (x < T(0)));
+}
+
+// Each functional is a small policy: kSums partial sums reduced by the forward, `accumulate` for
+// one voxel's terms, and `gradient` for one voxel's entry of the backward, given the per-sum
+// upstream coefficients (ReducePlan::coefficient).
+
+/// Squared anisotropic TV.
+struct SqTV {
+  static constexpr int kSums = 1;
+
+  /// Σ_axes Δ², the voxel's share of tv_sq_3d.
+  template <class T, class Nb>
+  FF_HOST_DEVICE FF_FORCE_INLINE void accumulate(const Nb& nb, const VoxelBounds&,
+                                                 T (&terms)[kSums]) const {
+    const T v = nb(0, 0, 0);
+    const T dd = nb(1, 0, 0) - v, dh = nb(0, 1, 0) - v, dw = nb(0, 0, 1) - v;
+    terms[0] = dd * dd + dh * dh + dw * dw;
+  }
+
+  /// coef[0] · ∂S/∂v = coef[0] · 2·Σ_axes [(v − prev) − (next − v)].
+  template <class T, class Nb>
+  FF_HOST_DEVICE FF_FORCE_INLINE T gradient(const Nb& nb, const VoxelBounds&,
+                                            const T (&coef)[3]) const {
+    const T v = nb(0, 0, 0);
+    const T sum = ((v - nb(-1, 0, 0)) - (nb(1, 0, 0) - v)) +
+                  ((v - nb(0, -1, 0)) - (nb(0, 1, 0) - v)) +
+                  ((v - nb(0, 0, -1)) - (nb(0, 0, 1) - v));
+    return T(2) * coef[0] * sum;
+  }
+};
+
+/// Per-axis |Δ| sums; shared by tv_l1_3d (three outputs) and tv_weighted_l1 (one weighted output).
+struct L1TV {
+  static constexpr int kSums = 3;
+
+  template <class T, class Nb>
+  FF_HOST_DEVICE FF_FORCE_INLINE void accumulate(const Nb& nb, const VoxelBounds&,
+                                                 T (&terms)[kSums]) const {
+    const T v = nb(0, 0, 0);
+    terms[0] = absolute(nb(1, 0, 0) - v);
+    terms[1] = absolute(nb(0, 1, 0) - v);
+    terms[2] = absolute(nb(0, 0, 1) - v);
+  }
+
+  /// Σ_a coef[a]·[sign(v − prev_a) − sign(next_a − v)], coef[a] the upstream gradient of axis a.
+  template <class T, class Nb>
+  FF_HOST_DEVICE FF_FORCE_INLINE T gradient(const Nb& nb, const VoxelBounds&,
+                                            const T (&coef)[3]) const {
+    const T v = nb(0, 0, 0);
+    return coef[0] * (sign0(v - nb(-1, 0, 0)) - sign0(nb(1, 0, 0) - v)) +
+           coef[1] * (sign0(v - nb(0, -1, 0)) - sign0(nb(0, 1, 0) - v)) +
+           coef[2] * (sign0(v - nb(0, 0, -1)) - sign0(nb(0, 0, 1) - v));
+  }
+};
+
+/// Isotropic TV: one term per corner (i < D−1, j < H−1, k < W−1), all three differences anchored
+/// at the corner voxel, eps inside the sqrt.
+struct IsoTV {
+  static constexpr int kSums = 1;
+  double eps;
+
+  template <class T>
+  FF_HOST_DEVICE FF_FORCE_INLINE T norm(T dd, T dh, T dw) const {
+    return square_root(dd * dd + dh * dh + dw * dw + static_cast<T>(eps));
+  }
+
+  template <class T, class Nb>
+  FF_HOST_DEVICE FF_FORCE_INLINE void accumulate(const Nb& nb, const VoxelBounds& at,
+                                                 T (&terms)[kSums]) const {
+    const bool is_corner = at.has_next_d && at.has_next_h && at.has_next_w;
+    const T v = nb(0, 0, 0);
+    terms[0] = is_corner ? norm<T>(nb(1, 0, 0) - v, nb(0, 1, 0) - v, nb(0, 0, 1) - v) : T(0);
+  }
+
+  /// coef[0] · ∂L/∂v, gathered from the four corners that contain v (each only where it exists):
+  /// −(Δd+Δh+Δw)/s at (a,b,c), +Δd/s at (a−1,b,c), +Δh/s at (a,b−1,c), +Δw/s at (a,b,c−1).
+  /// Branches (not multiplications by a 0/1 flag) keep a 0/0 from a missing corner out of the sum.
+  template <class T, class Nb>
+  FF_HOST_DEVICE FF_FORCE_INLINE T gradient(const Nb& nb, const VoxelBounds& at,
+                                            const T (&coef)[3]) const {
+    const T v = nb(0, 0, 0);
+    T g = T(0);
+    if (at.has_next_d && at.has_next_h && at.has_next_w) {
+      const T dd = nb(1, 0, 0) - v, dh = nb(0, 1, 0) - v, dw = nb(0, 0, 1) - v;
+      g -= (dd + dh + dw) / norm<T>(dd, dh, dw);
+    }
+    if (at.has_prev_d && at.has_next_h && at.has_next_w) {
+      const T base = nb(-1, 0, 0);
+      const T dd = v - base;
+      g += dd / norm<T>(dd, nb(-1, 1, 0) - base, nb(-1, 0, 1) - base);
+    }
+    if (at.has_next_d && at.has_prev_h && at.has_next_w) {
+      const T base = nb(0, -1, 0);
+      const T dh = v - base;
+      g += dh / norm<T>(nb(1, -1, 0) - base, dh, nb(0, -1, 1) - base);
+    }
+    if (at.has_next_d && at.has_next_h && at.has_prev_w) {
+      const T base = nb(0, 0, -1);
+      const T dw = v - base;
+      g += dw / norm<T>(nb(1, 0, -1) - base, nb(0, 1, -1) - base, dw);
+    }
+    return coef[0] * g;
+  }
+};
+
+/// How a functional's partial sums become its outputs, and how its upstream gradient becomes the
+/// per-axis coefficients its backward uses. Either output k = scale[k]·sum[k] (num_outputs ==
+/// num_sums), or a single output Σ_k scale[k]·sum[k] (num_outputs == 1 < num_sums).
+struct ReducePlan {
+  int num_sums = 1;
+  int num_outputs = 1;
+  double scale[3] = {1.0, 1.0, 1.0};
+
+  FF_HOST_DEVICE double output(const double* sums, int k) const {
+    if (num_outputs == num_sums) return scale[k] * sums[k];
+    double total = 0.0;
+    for (int i = 0; i < num_sums; ++i) total += scale[i] * sums[i];
+    return total;
+  }
+
+  /// Backward coefficient of sum k from the upstream gradient(s): grad_out[k] (or grad_out[0]
+  /// when the sums were combined into one output) times that sum's scale.
+  template <class T>
+  FF_HOST_DEVICE T coefficient(const T* grad_out_values, int k) const {
+    const T g = grad_out_values[num_outputs == num_sums ? k : 0];
+    return g * static_cast<T>(scale[k]);
+  }
+};
+
+}  // namespace fieldfuse::detail::tv
