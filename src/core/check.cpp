@@ -3,14 +3,14 @@
 #include "core/check.h"
 
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 
 namespace fieldfuse::detail {
 
-std::string number_text(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
+std::string number_text(double value) {  // see Note [no iostreams] in core.cpp
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
 }
 
 void fail(ErrorKind kind, const char* op, const std::string& message) {

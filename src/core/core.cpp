@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // TensorRef, DType and Device helpers declared in fieldfuse/core.h.
+//
+// Note [no iostreams]: library code formats text with std::to_string and snprintf, never with
+// <sstream>. Inside a PyTorch process the module can meet a second C++ runtime, and a stream's
+// locale facets from one runtime crashed in the other (segfault formatting an error message on
+// the GPU machine's image).
 #include "fieldfuse/core.h"
-
-#include <sstream>
 
 namespace fieldfuse {
 
@@ -88,11 +91,9 @@ bool TensorRef::is_contiguous() const {
 }
 
 std::string TensorRef::shape_str() const {
-  std::ostringstream s;
-  s << '[';
-  for (int i = 0; i < ndim; ++i) s << (i ? ", " : "") << sizes[i];
-  s << ']';
-  return s.str();
+  std::string s = "[";
+  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
 }
 
 }  // namespace fieldfuse

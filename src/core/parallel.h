@@ -6,13 +6,20 @@
 
 namespace fieldfuse::detail {
 
-/// Runs f(i) for i in [begin, end). The static schedule hands each thread a fixed contiguous range,
-/// and drivers write per-index partial results, so outputs never depend on the thread count.
-/// `f` must not throw.
+/// Below this many units of work (about one voxel's stencil each) a loop runs on the calling
+/// thread: waking a team costs tens of microseconds, and far more when the cores are busy.
+constexpr int64_t kMinParallelWork = 32768;
+
+/// Runs f(i) for i in [begin, end), where each index costs about `work_per_index` units. The static
+/// schedule gives each thread a fixed contiguous range and drivers write per-index partial results,
+/// so outputs never depend on the thread count. `f` must not throw.
 template <class F>
-void parallel_for(int64_t begin, int64_t end, const F& f) {
+void parallel_for(int64_t begin, int64_t end, int64_t work_per_index, const F& f) {
+  const bool parallel = (end - begin) > 1 && (end - begin) * work_per_index >= kMinParallelWork;
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
+#else
+  (void)parallel;
 #endif
   for (int64_t i = begin; i < end; ++i) f(i);
 }

@@ -30,9 +30,11 @@ const char* trailing_layout(int inner_dims) {
   return inner_dims == 3 ? "[..., Z, Y, X]" : "[..., Y, X]";
 }
 
+/// Validates an input; a workspace-size query (`needs_data = false`) reads only its metadata, so
+/// it accepts a TensorRef without data.
 void check_input(const char* op, const char* arg, const TensorRef& t, int inner_dims,
-                 const char* layout) {
-  detail::check_storage(op, arg, t);
+                 const char* layout, bool needs_data = true) {
+  if (needs_data) detail::check_storage(op, arg, t);
   detail::check_min_dims(op, arg, t, inner_dims, layout);
   detail::check_device_supported(op, arg, t);
   detail::check_float_dtype(op, arg, t);
@@ -142,15 +144,19 @@ constexpr const char* kWeightedBackwardOp = "tv_weighted_l1_backward";
 
 // --- tv_weighted_l1 -------------------------------------------------------------------------
 
-/// Validates the weights and builds L = Σ_a w_a·mean|Δ_a| / max(1, #active) as a plan over the
-/// three per-axis sums (with 2 weights the array is viewed as D = 1, so axis 0 never contributes).
-ReducePlan weighted_plan(const char* op, const TensorRef& array, const double* weights,
-                         int num_weights) {
+void check_num_weights(const char* op, int num_weights) {
   if (num_weights != 2 && num_weights != 3) {
     detail::fail(ErrorKind::Value, op,
                  "expected weights to have 2 or 3 entries (one per trailing axis), but got " +
                      std::to_string(num_weights));
   }
+}
+
+/// Validates the weights and builds L = Σ_a w_a·mean|Δ_a| / max(1, #active) as a plan over the
+/// three per-axis sums (with 2 weights the array is viewed as D = 1, so axis 0 never contributes).
+ReducePlan weighted_plan(const char* op, const TensorRef& array, const double* weights,
+                         int num_weights) {
+  check_num_weights(op, num_weights);
   if (weights == nullptr) {
     detail::fail(ErrorKind::Value, op, "expected weights to point at data, but got null");
   }
@@ -197,7 +203,7 @@ ReducePlan weighted_plan(const char* op, const TensorRef& array, const double* w
 // --- tv_sq_3d --------------------------------------------------------------------------------
 
 std::size_t tv_sq_3d_workspace_size(const TensorRef& vol) {
-  check_input(kSqOp, "vol", vol, 3, kVolumeLayout);
+  check_input(kSqOp, "vol", vol, 3, kVolumeLayout, /*needs_data=*/false);
   return workspace_bytes(make_volume_view(vol, 3), vol, Functional::Sq);
 }
 
@@ -218,7 +224,7 @@ void tv_sq_3d_backward(const TensorRef& vol, const TensorRef& grad_out, const Te
 // --- tv_iso_3d -------------------------------------------------------------------------------
 
 std::size_t tv_iso_3d_workspace_size(const TensorRef& vol) {
-  check_input(kIsoOp, "vol", vol, 3, kVolumeLayout);
+  check_input(kIsoOp, "vol", vol, 3, kVolumeLayout, /*needs_data=*/false);
   return workspace_bytes(make_volume_view(vol, 3), vol, Functional::Iso);
 }
 
@@ -241,7 +247,7 @@ void tv_iso_3d_backward(const TensorRef& vol, double eps, const TensorRef& grad_
 // --- tv_l1_3d --------------------------------------------------------------------------------
 
 std::size_t tv_l1_3d_workspace_size(const TensorRef& vol) {
-  check_input(kL1Op, "vol", vol, 3, kVolumeLayout);
+  check_input(kL1Op, "vol", vol, 3, kVolumeLayout, /*needs_data=*/false);
   return workspace_bytes(make_volume_view(vol, 3), vol, Functional::L1);
 }
 
@@ -262,11 +268,9 @@ void tv_l1_3d_backward(const TensorRef& vol, const TensorRef& grad_out, const Te
 // --- tv_weighted_l1 --------------------------------------------------------------------------
 
 std::size_t tv_weighted_l1_workspace_size(const TensorRef& array, int num_weights) {
-  if (num_weights != 2 && num_weights != 3) {
-    detail::fail(ErrorKind::Value, kWeightedOp,
-                 "expected num_weights to be 2 or 3, but got " + std::to_string(num_weights));
-  }
-  check_input(kWeightedOp, "array", array, num_weights, trailing_layout(num_weights));
+  check_num_weights(kWeightedOp, num_weights);
+  check_input(kWeightedOp, "array", array, num_weights, trailing_layout(num_weights),
+              /*needs_data=*/false);
   return workspace_bytes(make_volume_view(array, num_weights), array, Functional::L1);
 }
 

@@ -42,7 +42,7 @@ void reduce(const ForwardArgs& args, const Policy& policy) {
   const T* data = static_cast<const T*>(args.vol_data);
   const int64_t planes = v.batch * v.depth;
   std::vector<double> partials(static_cast<size_t>(planes) * K, 0.0);
-  parallel_for(0, planes, [&](int64_t plane) {
+  parallel_for(0, planes, v.height * v.width, [&](int64_t plane) {
     const int64_t n = plane / v.depth, a = plane % v.depth;
     double acc[K] = {};
     visit_plane<T>(v, data + v.slice_offset(n) + a * v.stride_d, a,
@@ -67,12 +67,9 @@ void gradient(const BackwardArgs& args, const Policy& policy) {
   const VolumeView& g = args.grad;
   const T* data = static_cast<const T*>(args.vol_data);
   T* grad = static_cast<T*>(args.grad_data);
-  const T* grad_out = static_cast<const T*>(args.grad_out);
-  T upstream[3] = {};
-  for (int k = 0; k < args.plan.num_outputs; ++k) upstream[k] = grad_out[k * args.grad_out_stride];
-  T coef[3] = {};
-  for (int k = 0; k < args.plan.num_sums; ++k) coef[k] = args.plan.coefficient(upstream, k);
-  parallel_for(0, v.batch * v.depth, [&](int64_t plane) {
+  T coef[3];
+  args.plan.coefficients(static_cast<const T*>(args.grad_out), args.grad_out_stride, coef);
+  parallel_for(0, v.batch * v.depth, v.height * v.width, [&](int64_t plane) {
     const int64_t n = plane / v.depth, a = plane % v.depth;
     T* grad_plane = grad + g.slice_offset(n) + a * g.stride_d;
     visit_plane<T>(v, data + v.slice_offset(n) + a * v.stride_d, a,

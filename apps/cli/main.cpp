@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// Entry point of the `fieldfuse` command-line app: subcommand dispatch, --help, --version, errors.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "cli_error.h"
+#include "denoise.h"
+#include "fieldfuse/core.h"
+
+namespace {
+
+const char kUsage[] =
+    "usage: fieldfuse <command> [flags]\n"
+    "\n"
+    "Commands:\n"
+    "  denoise     total-variation denoising of a 3-D volume (CPU or CUDA)\n"
+    "\n"
+    "Flags:\n"
+    "  -h, --help  this text; 'fieldfuse <command> --help' describes a command\n"
+    "  --version   version and build facts\n"
+    "\n"
+    "Exit codes: 0 success, 1 runtime failure, 2 bad flags or values, 3 bad input file.\n";
+
+void print_version() {
+  const fieldfuse::BuildInfo info = fieldfuse::build_info();
+  std::cout << "fieldfuse " << info.version << "\n"
+            << "CUDA: "
+            << (info.cuda ? "yes (architectures " + info.cuda_architectures + ")" : "no") << "\n"
+            << "OpenMP: "
+            << (info.openmp ? "yes (" + std::to_string(info.openmp_max_threads) + " threads)"
+                            : "no")
+            << "\n"
+            << "CUDA devices visible: " << fieldfuse::cuda_device_count() << "\n";
+}
+
+int dispatch(const std::vector<std::string>& args, std::string& context) {
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (args[0] == "--version") {
+    print_version();
+    return 0;
+  }
+  if (args[0] == "denoise") {
+    context = "fieldfuse denoise";
+    return fieldfuse::cli::run_denoise(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  throw fieldfuse::cli::usage_error("unknown command '" + args[0] + "' (see 'fieldfuse --help')");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using fieldfuse::cli::CliError;
+  std::string context = "fieldfuse";  // who failed, for the error prefix
+  const auto report = [&context](const std::string& message, int code) {
+    std::cout.flush();  // progress lines first, then the error, when both go to a terminal
+    std::cerr << context << ": error: " << message << "\n";
+    return code;
+  };
+  try {
+    return dispatch(std::vector<std::string>(argv + 1, argv + argc), context);
+  } catch (const CliError& error) {
+    return report(error.what(), error.exit_code());
+  } catch (const fieldfuse::Error& error) {
+    // The library validates before launching, so a Value or Type error here means the app passed a
+    // volume the library cannot take: an input problem, not a crash.
+    const bool input_problem =
+        error.kind() == fieldfuse::ErrorKind::Value || error.kind() == fieldfuse::ErrorKind::Type;
+    return report(error.what(), input_problem ? fieldfuse::cli::kExitInputError
+                                              : fieldfuse::cli::kExitRuntimeError);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory", fieldfuse::cli::kExitRuntimeError);
+  } catch (const std::exception& error) {
+    return report(error.what(), fieldfuse::cli::kExitRuntimeError);
+  }
+}

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU driver of the solvers' element-wise steps: OpenMP loops over the formulas in vector_ops.h.
+#include "parallel.h"
+#include "vector_ops.h"
+
+namespace fieldfuse::cli::cpu {
+
+template <class Args>
+PairSum run(std::int64_t count, const Args& args) {
+  if constexpr (Args::kReturnsSums) {
+    return ordered_sum(count, [&](std::int64_t i) { return apply_at(args, i); });
+  } else {
+    parallel_for(count, [&](std::int64_t i) { apply_at(args, i); });
+    return {};
+  }
+}
+
+template PairSum run(std::int64_t, const GradientStepArgs&);
+template PairSum run(std::int64_t, const ExtrapolateArgs&);
+template PairSum run(std::int64_t, const FrankWolfeSumsArgs&);
+template PairSum run(std::int64_t, const FrankWolfeMoveArgs&);
+template PairSum run(std::int64_t, const SquaredDistanceArgs&);
+
+}  // namespace fieldfuse::cli::cpu

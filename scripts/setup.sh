@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Sets up everything fieldfuse needs on a Debian machine and builds it; safe to run again (each step
+# skips what is already there). Creates .venv/ (PyTorch 2.11 from PyPI, matching the GPU machines),
+# builds the C++ library, CLI and tests into build/release/, and installs the Python package into
+# the venv. Environment: FIELDFUSE_CUDA=AUTO|ON|OFF (default AUTO: CUDA code is compiled, for sm_90,
+# whenever nvcc is found, even on machines without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+venv="$root/.venv"
+build="$root/build/release"
+torch_spec="torch==2.11.*"
+log() { printf '[setup] %s\n' "$*"; }
+
+# --- system packages ------------------------------------------------------------------------------
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v ninja >/dev/null || need+=(ninja-build)
+command -v g++ >/dev/null || need+=(g++)
+[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+# --- Python venv ----------------------------------------------------------------------------------
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating $venv"
+  python3 -m venv "$venv"
+fi
+py="$venv/bin/python"
+if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.11") else 1)' 2>/dev/null; then
+  log "installing $torch_spec (cached in the venv afterwards)"
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q "$torch_spec"
+fi
+if ! "$py" -c 'import nanobind, scikit_build_core, pytest, numpy' 2>/dev/null; then
+  log "installing build and test tools"
+  "$py" -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" pytest numpy
+fi
+
+# --- C++ library, CLI and C++ tests ---------------------------------------------------------------
+log "building C++ (build/release)"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFIELDFUSE_TESTS=ON \
+  -DFIELDFUSE_CUDA="${FIELDFUSE_CUDA:-AUTO}" >"$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)"
+
+# --- Python package -------------------------------------------------------------------------------
+log "installing the fieldfuse Python package into the venv"
+"$py" -m pip install -q --no-build-isolation --no-deps "$root"
+log "ready: $("$py" -c 'import fieldfuse; print(fieldfuse.build_info())')"

@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: Apache-2.0
+# Runs the fieldfuse binary once and checks its exit code, its error message and, optionally, the
+# PSNR gain in its JSON report. Invoked as a CTest command through `cmake -P`.
+#
+#   -DEXE=path          the fieldfuse binary
+#   -DARGS=a|b|c        its arguments, separated by '|' (CTest would split ';')
+#   -DWORKDIR=dir       where to run it
+#   -DEXPECT_EXIT=n     the expected exit code (default 0)
+#   -DEXPECT_STDERR=re  a regular expression stderr must match (optional)
+#   -DREPORT=path       a JSON report whose metrics must show psnr_denoised > psnr_noisy (optional)
+cmake_minimum_required(VERSION 3.19)  # string(JSON)
+
+if(NOT DEFINED EXPECT_EXIT)
+  set(EXPECT_EXIT 0)
+endif()
+string(REPLACE "|" ";" arg_list "${ARGS}")
+file(MAKE_DIRECTORY "${WORKDIR}")
+execute_process(
+  COMMAND "${EXE}" ${arg_list}
+  WORKING_DIRECTORY "${WORKDIR}"
+  RESULT_VARIABLE exit_code
+  OUTPUT_VARIABLE out
+  ERROR_VARIABLE err)
+message(STATUS "fieldfuse ${arg_list}\n--- stdout ---\n${out}--- stderr ---\n${err}--- exit ${exit_code}")
+
+if(NOT exit_code STREQUAL "${EXPECT_EXIT}")
+  message(FATAL_ERROR "expected exit code ${EXPECT_EXIT}, got '${exit_code}'")
+endif()
+if(DEFINED EXPECT_STDERR AND NOT err MATCHES "${EXPECT_STDERR}")
+  message(FATAL_ERROR "stderr does not match '${EXPECT_STDERR}'")
+endif()
+if(NOT EXPECT_EXIT EQUAL 0 AND NOT err MATCHES "^fieldfuse[a-z ]*: error: ")
+  message(FATAL_ERROR "a failure must print 'fieldfuse ...: error: <what>' on stderr")
+endif()
+
+if(DEFINED REPORT)
+  file(READ "${WORKDIR}/${REPORT}" report)
+  string(JSON psnr_noisy GET "${report}" metrics psnr_noisy)
+  string(JSON psnr_denoised GET "${report}" metrics psnr_denoised)
+  string(JSON ssim_noisy GET "${report}" metrics ssim_noisy)
+  string(JSON ssim_denoised GET "${report}" metrics ssim_denoised)
+  message(STATUS "PSNR ${psnr_noisy} -> ${psnr_denoised} dB, SSIM ${ssim_noisy} -> ${ssim_denoised}")
+  # CMake's if() compares only integers, so compare in hundredths of a dB.
+  foreach(name psnr_noisy psnr_denoised)
+    if(NOT "${${name}}" MATCHES "^(-?[0-9]+)(\\.([0-9]*))?$")
+      message(FATAL_ERROR "metrics.${name} is not a plain decimal: '${${name}}'")
+    endif()
+    string(SUBSTRING "${CMAKE_MATCH_3}00" 0 2 hundredths)
+    set(${name}_centi "${CMAKE_MATCH_1}${hundredths}")
+  endforeach()
+  if(NOT psnr_denoised_centi GREATER psnr_noisy_centi)
+    message(FATAL_ERROR "denoising did not raise PSNR: ${psnr_noisy} -> ${psnr_denoised} dB")
+  endif()
+  foreach(suffix npy png json)
+    string(REGEX REPLACE "\\.json$" ".${suffix}" output "${WORKDIR}/${REPORT}")
+    if(NOT EXISTS "${output}")
+      message(FATAL_ERROR "missing output ${output}")
+    endif()
+  endforeach()
+endif()
