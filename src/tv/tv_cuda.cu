@@ -23,6 +23,8 @@ using cuda::compute_t;
 // that is the halo row below the tile and the first plane of each chunk (1/kTileH and 1/kChunkD).
 constexpr int kTileW = 32;
 constexpr int kTileH = 8;
+// 32 planes per block measured best across 512³ and 256³ on an H200 (16: more first-plane
+// reloads; 64 and 128: too few blocks to fill the GPU at 256³).
 constexpr int kChunkD = 32;
 constexpr int kBlockThreads = kTileW * kTileH;
 // One block combines the per-block partials; 256 threads read them fully coalesced.
