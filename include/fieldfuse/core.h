@@ -28,15 +28,19 @@ struct Device {
   int32_t index = 0;  ///< CUDA ordinal; 0 for CPU.
 
   bool is_cuda() const { return type == DeviceType::CUDA; }
-  bool operator==(const Device& other) const { return type == other.type && index == other.index; }
+  /// CPU devices are all the same device, whatever their index.
+  bool operator==(const Device& other) const {
+    return type == other.type && (type == DeviceType::CPU || index == other.index);
+  }
   bool operator!=(const Device& other) const { return !(*this == other); }
   /// "cpu" or "cuda:N", as PyTorch prints devices.
   std::string str() const;
 };
 
-/// A CUDA stream (`cudaStream_t`) as an opaque handle; null means the per-thread default stream is
-/// *not* implied: fieldfuse launches on exactly the handle it is given, so pass the stream your
-/// framework is using (PyTorch: `torch.cuda.current_stream().cuda_stream`). Ignored on the CPU.
+/// A CUDA stream (`cudaStream_t`) as an opaque handle. fieldfuse enqueues CUDA work on exactly
+/// this stream and never synchronises it. Pass the stream your work is ordered on (PyTorch:
+/// `torch.cuda.current_stream().cuda_stream`); a default-constructed Stream is CUDA's legacy
+/// default stream, which is what the `= {}` defaults give CPU callers. Ignored for CPU tensors.
 struct Stream {
   void* handle = nullptr;
 };

@@ -10,15 +10,18 @@
 //   accumulated in float32. The scalar outputs are float32 for 16-bit inputs and the input dtype
 //   otherwise; gradients have the input's dtype.
 // - layout: any strides (non-contiguous views are read in place, never copied); `grad_*` outputs
-//   may have strides of their own. Outputs must not overlap inputs.
+//   may have strides of their own. Outputs must not share memory with inputs and must not repeat
+//   elements (stride 0); both are checked (ValueError).
 // - outputs are always fully written (never accumulated into), so they may be uninitialised.
-// - determinism: sums are accumulated in float64 in a fixed order that depends only on the shape
-//   (per-plane partials on the CPU, per-block partials on CUDA), so repeated calls return the same
-//   bits. CPU and CUDA agree to rounding, not bit for bit.
+// - determinism: sums are accumulated in float64 in an order fixed by the shape (per-plane
+//   partials on the CPU, whatever the strides or thread count; per-block partials on CUDA, whose
+//   vectorised path for dense layouts first adds 4 neighbouring voxels in the compute type), so the
+//   same input gives the same bits on every call. CPU and CUDA agree to rounding, not bit for bit.
 // - `grad_out` is read from device memory by the backward kernels (no host synchronisation), so the
 //   backward passes can be captured in CUDA graphs.
-// - forwards take a caller-allocated workspace of `*_workspace_size` bytes (device memory for CUDA
-//   inputs; the CPU driver needs none and reports 1 byte so callers need no special case).
+// - forwards take a caller-allocated workspace of `*_workspace_size` bytes, aligned to 8 bytes (as
+//   any allocator's memory is): device memory for CUDA inputs, host memory for CPU inputs. It holds
+//   the float64 partial sums, so the library itself never allocates.
 // - all work is enqueued on `stream` for CUDA tensors; CPU calls run to completion with OpenMP.
 #pragma once
 
@@ -32,7 +35,8 @@ namespace fieldfuse {
 // tv_sq_3d: S = Σ_n [ Σ_{i<D−1} Δd² + Σ_{j<H−1} Δh² + Σ_{k<W−1} Δw² ]  (unnormalised sum)
 // ---------------------------------------------------------------------------------------------
 
-/// Workspace bytes `tv_sq_3d_forward` needs for `vol` (>= 1).
+/// Workspace bytes `tv_sq_3d_forward` needs for `vol` (>= 1). Reads only vol's metadata (its data
+/// pointer may be null), as do the other `*_workspace_size` queries.
 std::size_t tv_sq_3d_workspace_size(const TensorRef& vol);
 
 /// Squared anisotropic TV of `vol [..., D, H, W]` into the 0-d (one element) tensor `out`.

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Iterable
+
 import torch
 from torch.utils.dlpack import to_dlpack
 
@@ -44,10 +47,16 @@ def check_tensor(op: str, arg: str, value) -> None:
 
 
 def float_list(op: str, arg: str, values) -> list[float]:
-    """`values` as a list of Python floats, or a TypeError naming the argument."""
-    try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError) as error:
+    """`values` (an iterable of real numbers, not a string) as Python floats, or a TypeError."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(
-            f"{op}(): expected {arg} to be a sequence of numbers, but got {values!r}"
-        ) from error
+            f"{op}(): expected {arg} to be a sequence of numbers, but got {type(values).__name__}"
+        )
+    values = list(values)
+    for value in values:
+        if not isinstance(value, numbers.Real):
+            raise TypeError(
+                f"{op}(): expected {arg} to contain real numbers, but got {value!r} "
+                f"({type(value).__name__})"
+            )
+    return [float(v) for v in values]

@@ -4,9 +4,10 @@
 Every functional uses forward differences ``Δd v[i,j,k] = v[i+1,j,k] − v[i,j,k]`` (likewise Δh, Δw)
 over the last three dims of a ``[..., D, H, W]`` tensor; leading dims are independent slices whose
 terms are summed together. Inputs may be float32 or float64 on CPU and CUDA, and float16 or
-bfloat16 on CUDA (computed and accumulated in float32, returned as float32; gradients keep the
-input dtype). Non-contiguous inputs are read in place. Sums are accumulated in float64 in an order
-fixed by the shape, so results are the same bits on every run of a device.
+bfloat16 on CUDA (computed in float32 and returned as float32; gradients keep the input dtype).
+Non-contiguous inputs are read in place. Sums are accumulated in float64 in an order fixed by the
+shape (and, on CUDA, by whether the layout takes the vectorised path), so the same input gives the
+same bits on every run of a device; CPU and CUDA agree to rounding.
 
 Raw ops (forward and backward, each with a fake impl, so ``torch.compile(fullgraph=True)`` traces
 them and CUDA graphs capture them): ``torch.ops.fieldfuse.tv_sq_3d_forward`` / ``_backward`` and the
@@ -23,9 +24,22 @@ from torch import Tensor
 from ._backend import _C, check_tensor, dl, float_list, reduced_dtype, stream_of, workspace
 
 
+def _reduced_output(x: Tensor, num_outputs: int = 1) -> Tensor:
+    """The uninitialised output of a reduction over x (the real and the fake impls share it)."""
+    return x.new_empty(() if num_outputs == 1 else (num_outputs,), dtype=reduced_dtype(x.dtype))
+
+
+def _gradient_like(x: Tensor, *_) -> Tensor:
+    """The uninitialised gradient of x, in x's layout; the fake impl of every backward op."""
+    return torch.empty_like(x)
+
+
 def _forward(x: Tensor, size_fn, forward_fn, *options, num_outputs: int = 1) -> Tensor:
-    """Allocates the reduced output and workspace, then runs a core forward on x's stream."""
-    out = x.new_empty(() if num_outputs == 1 else (num_outputs,), dtype=reduced_dtype(x.dtype))
+    """Allocates the reduced output and workspace, then runs a core forward on x's stream.
+
+    A DLPack capsule is consumed by the call it is passed to, so x is exported once per call.
+    """
+    out = _reduced_output(x, num_outputs)
     scratch = workspace(size_fn(dl(x)), x.device)
     forward_fn(dl(x), *options, dl(out), dl(scratch), stream_of(x))
     return out
@@ -33,14 +47,10 @@ def _forward(x: Tensor, size_fn, forward_fn, *options, num_outputs: int = 1) -> 
 
 def _backward(x: Tensor, backward_fn, *options_and_grad_out: Tensor) -> Tensor:
     """Runs a core backward into a fresh gradient with x's layout (every element is written)."""
-    grad = torch.empty_like(x)
+    grad = _gradient_like(x)
     args = [dl(a) if isinstance(a, Tensor) else a for a in options_and_grad_out]
     backward_fn(dl(x), *args, dl(grad), stream_of(x))
     return grad
-
-
-def _fake_reduced(x: Tensor, num_outputs: int = 1) -> Tensor:
-    return x.new_empty(() if num_outputs == 1 else (num_outputs,), dtype=reduced_dtype(x.dtype))
 
 
 def _save_input(ctx, inputs, output) -> None:
@@ -61,14 +71,12 @@ def tv_sq_3d_backward(vol: Tensor, grad_out: Tensor) -> Tensor:
     return _backward(vol, _C.tv_sq_3d_backward, grad_out)
 
 
+tv_sq_3d_backward.register_fake(_gradient_like)
+
+
 @tv_sq_3d_forward.register_fake
 def _(vol):
-    return _fake_reduced(vol)
-
-
-@tv_sq_3d_backward.register_fake
-def _(vol, grad_out):
-    return torch.empty_like(vol)
+    return _reduced_output(vol)
 
 
 def _tv_sq_3d_grad(ctx, grad_out):
@@ -106,14 +114,12 @@ def tv_iso_3d_backward(vol: Tensor, eps: float, grad_out: Tensor) -> Tensor:
     return _backward(vol, _C.tv_iso_3d_backward, eps, grad_out)
 
 
+tv_iso_3d_backward.register_fake(_gradient_like)
+
+
 @tv_iso_3d_forward.register_fake
 def _(vol, eps):
-    return _fake_reduced(vol)
-
-
-@tv_iso_3d_backward.register_fake
-def _(vol, eps, grad_out):
-    return torch.empty_like(vol)
+    return _reduced_output(vol)
 
 
 def _tv_iso_3d_grad(ctx, grad_out):
@@ -156,14 +162,12 @@ def tv_l1_3d_backward(vol: Tensor, grad_out: Tensor) -> Tensor:
     return _backward(vol, _C.tv_l1_3d_backward, grad_out)
 
 
+tv_l1_3d_backward.register_fake(_gradient_like)
+
+
 @tv_l1_3d_forward.register_fake
 def _(vol):
-    return _fake_reduced(vol, num_outputs=3)
-
-
-@tv_l1_3d_backward.register_fake
-def _(vol, grad_out):
-    return torch.empty_like(vol)
+    return _reduced_output(vol, num_outputs=3)
 
 
 def _tv_l1_3d_grad(ctx, grad_out):
@@ -206,14 +210,12 @@ def tv_weighted_l1_backward(array: Tensor, weights: list[float], grad_out: Tenso
     return _backward(array, _C.tv_weighted_l1_backward, weights, grad_out)
 
 
+tv_weighted_l1_backward.register_fake(_gradient_like)
+
+
 @tv_weighted_l1_forward.register_fake
 def _(array, weights):
-    return _fake_reduced(array)
-
-
-@tv_weighted_l1_backward.register_fake
-def _(array, weights, grad_out):
-    return torch.empty_like(array)
+    return _reduced_output(array)
 
 
 def _tv_weighted_l1_grad(ctx, grad_out):

@@ -10,8 +10,10 @@ namespace fieldfuse::python {
 namespace {
 
 [[noreturn]] void unsupported(const char* op, const char* arg, const std::string& what) {
-  throw Error(ErrorKind::Type, std::string(op) + "(): " + arg + " has " + what +
-                                   ", which fieldfuse does not support");
+  throw Error(ErrorKind::Type, std::string(op) + "(): expected " + arg +
+                                   " to be a real tensor (float16, bfloat16, float32, float64, "
+                                   "int32, int64, uint8 or bool) on cpu or cuda, but it has " +
+                                   what);
 }
 
 DType decode_dtype(nb::dlpack::dtype d, const char* op, const char* arg) {

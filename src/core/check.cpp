@@ -3,6 +3,7 @@
 #include "core/check.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 namespace fieldfuse::detail {
@@ -97,7 +98,7 @@ void check_numel(const char* op, const char* arg, const TensorRef& t, int64_t nu
   }
 }
 
-void check_storage(const char* op, const char* arg, const TensorRef& t) {
+void check_storage(const char* op, const char* arg, const TensorRef& t, bool needs_data) {
   if (t.ndim < 0 || t.ndim > kMaxDims) {
     fail(ErrorKind::Value, op,
          "expected " + std::string(arg) + " to have 0 to " + std::to_string(kMaxDims) +
@@ -110,10 +111,52 @@ void check_storage(const char* op, const char* arg, const TensorRef& t) {
                t.shape_str());
     }
   }
-  if (t.data == nullptr && t.numel() > 0) {
+  if (needs_data && t.data == nullptr && t.numel() > 0) {
     fail(ErrorKind::Value, op,
          "expected " + std::string(arg) + " to point at data, but got a null pointer for shape " +
              t.shape_str());
+  }
+}
+
+namespace {
+
+/// [first, last) byte addresses a non-empty view touches.
+void byte_span(const TensorRef& t, std::uintptr_t& first, std::uintptr_t& last) {
+  int64_t low = 0, high = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    const int64_t reach = (t.sizes[i] - 1) * t.strides[i];
+    (reach < 0 ? low : high) += reach;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
+  const auto element = static_cast<int64_t>(dtype_size(t.dtype));
+  first = base + low * element;
+  last = base + (high + 1) * element;
+}
+
+}  // namespace
+
+void check_disjoint(const char* op, const char* out_arg, const TensorRef& out, const char* in_arg,
+                    const TensorRef& input) {
+  if (out.numel() == 0 || input.numel() == 0 || out.device != input.device) return;
+  std::uintptr_t out_first, out_last, in_first, in_last;
+  byte_span(out, out_first, out_last);
+  byte_span(input, in_first, in_last);
+  if (out_first < in_last && in_first < out_last) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(out_arg) + " not to overlap " + in_arg +
+             " in memory (it is written while " + in_arg +
+             " is read), but the two share storage; pass a separate output tensor");
+  }
+}
+
+void check_no_repeated_elements(const char* op, const char* arg, const TensorRef& t) {
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.sizes[i] > 1 && t.strides[i] == 0) {
+      fail(ErrorKind::Value, op,
+           "expected " + std::string(arg) + " to have distinct elements, but dim " +
+               std::to_string(i) + " (size " + std::to_string(t.sizes[i]) +
+               ") has stride 0 (an expanded view); pass a dense tensor");
+    }
   }
 }
 
@@ -126,6 +169,13 @@ void check_non_negative(const char* op, const char* arg, double value) {
 
 void check_workspace(const char* op, const void* workspace, std::size_t bytes,
                      std::size_t required) {
+  if (reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlignment != 0) {
+    fail(ErrorKind::Value, op,
+         "expected a workspace aligned to " + std::to_string(kWorkspaceAlignment) +
+             " bytes, but got an address " +
+             std::to_string(reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlignment) +
+             " bytes past that alignment");
+  }
   if (bytes < required || (workspace == nullptr && required > 0)) {
     fail(ErrorKind::Value, op,
          "expected a workspace of at least " + std::to_string(required) + " bytes, but got " +

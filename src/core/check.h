@@ -42,13 +42,24 @@ void check_same_shape(const char* op, const char* arg, const TensorRef& t, const
 /// Exactly `numel` elements, any shape.
 void check_numel(const char* op, const char* arg, const TensorRef& t, int64_t numel);
 
-/// Non-negative sizes, and a data pointer whenever there are elements.
-void check_storage(const char* op, const char* arg, const TensorRef& t);
+/// Non-negative sizes and, when `needs_data`, a data pointer whenever there are elements.
+void check_storage(const char* op, const char* arg, const TensorRef& t, bool needs_data = true);
+
+/// An output that is written while `input` is read must not share memory with it. The test is on
+/// the byte ranges the two views span, so interleaved but disjoint views are rejected too.
+void check_disjoint(const char* op, const char* out_arg, const TensorRef& out, const char* in_arg,
+                    const TensorRef& input);
+
+/// An output whose elements are all distinct memory (no stride-0 dim of size > 1).
+void check_no_repeated_elements(const char* op, const char* arg, const TensorRef& t);
 
 /// A finite, non-negative scalar option.
 void check_non_negative(const char* op, const char* arg, double value);
 
-/// A workspace of at least `required` bytes (null is fine when nothing is required).
+/// Workspaces hold float64 partial sums; any allocator's memory is aligned at least this well.
+constexpr std::size_t kWorkspaceAlignment = 8;
+
+/// A workspace of at least `required` bytes, aligned to kWorkspaceAlignment.
 void check_workspace(const char* op, const void* workspace, std::size_t bytes,
                      std::size_t required);
 

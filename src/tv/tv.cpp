@@ -34,7 +34,7 @@ const char* trailing_layout(int inner_dims) {
 /// it accepts a TensorRef without data.
 void check_input(const char* op, const char* arg, const TensorRef& t, int inner_dims,
                  const char* layout, bool needs_data = true) {
-  if (needs_data) detail::check_storage(op, arg, t);
+  detail::check_storage(op, arg, t, needs_data);
   detail::check_min_dims(op, arg, t, inner_dims, layout);
   detail::check_device_supported(op, arg, t);
   detail::check_float_dtype(op, arg, t);
@@ -61,18 +61,22 @@ void check_reduced(const char* op, const char* arg, const TensorRef& t, const ch
 std::size_t workspace_bytes(const VolumeView& view, const TensorRef& input, Functional f) {
 #if FIELDFUSE_WITH_CUDA
   if (input.device.is_cuda()) return detail::tv::forward_workspace_cuda(view, f);
-#else
-  (void)view;
-  (void)f;
 #endif
   (void)input;
-  return 1;  // the CPU driver needs none; 1 byte spares callers a special case for 0
+  return detail::tv::forward_workspace_cpu(view, f);
+}
+
+/// The workspace query of a [..., D, H, W] functional: it reads only vol's metadata.
+std::size_t volume_workspace(const char* op, const TensorRef& vol, Functional f) {
+  check_input(op, "vol", vol, 3, kVolumeLayout, /*needs_data=*/false);
+  return workspace_bytes(make_volume_view(vol, 3), vol, f);
 }
 
 void run_forward(const char* op, Functional f, double eps, const char* arg, const TensorRef& input,
                  int inner_dims, const ReducePlan& plan, const TensorRef& out, void* workspace,
                  std::size_t workspace_size, Stream stream) {
   check_reduced(op, "out", out, arg, input, plan.num_outputs);
+  detail::check_disjoint(op, "out", out, arg, input);
   const VolumeView view = make_volume_view(input, inner_dims);
   detail::check_workspace(op, workspace, workspace_size, workspace_bytes(view, input, f));
   const ForwardArgs args{op,           f,    eps,      view,      input.data,         input.dtype,
@@ -93,6 +97,9 @@ void run_backward(const char* op, Functional f, double eps, const char* arg, con
   detail::check_same_shape(op, grad_arg, grad_input, arg, input);
   const std::string why = "the dtype of " + std::string(arg);
   detail::check_dtype(op, grad_arg, grad_input, input.dtype, why.c_str());
+  detail::check_no_repeated_elements(op, grad_arg, grad_input);
+  detail::check_disjoint(op, grad_arg, grad_input, arg, input);
+  detail::check_disjoint(op, grad_arg, grad_input, "grad_out", grad_out);
   const BackwardArgs args{op,
                           f,
                           eps,
@@ -203,8 +210,7 @@ ReducePlan weighted_plan(const char* op, const TensorRef& array, const double* w
 // --- tv_sq_3d --------------------------------------------------------------------------------
 
 std::size_t tv_sq_3d_workspace_size(const TensorRef& vol) {
-  check_input(kSqOp, "vol", vol, 3, kVolumeLayout, /*needs_data=*/false);
-  return workspace_bytes(make_volume_view(vol, 3), vol, Functional::Sq);
+  return volume_workspace(kSqOp, vol, Functional::Sq);
 }
 
 void tv_sq_3d_forward(const TensorRef& vol, const TensorRef& out, void* workspace,
@@ -224,8 +230,7 @@ void tv_sq_3d_backward(const TensorRef& vol, const TensorRef& grad_out, const Te
 // --- tv_iso_3d -------------------------------------------------------------------------------
 
 std::size_t tv_iso_3d_workspace_size(const TensorRef& vol) {
-  check_input(kIsoOp, "vol", vol, 3, kVolumeLayout, /*needs_data=*/false);
-  return workspace_bytes(make_volume_view(vol, 3), vol, Functional::Iso);
+  return volume_workspace(kIsoOp, vol, Functional::Iso);
 }
 
 void tv_iso_3d_forward(const TensorRef& vol, double eps, const TensorRef& out, void* workspace,
@@ -247,8 +252,7 @@ void tv_iso_3d_backward(const TensorRef& vol, double eps, const TensorRef& grad_
 // --- tv_l1_3d --------------------------------------------------------------------------------
 
 std::size_t tv_l1_3d_workspace_size(const TensorRef& vol) {
-  check_input(kL1Op, "vol", vol, 3, kVolumeLayout, /*needs_data=*/false);
-  return workspace_bytes(make_volume_view(vol, 3), vol, Functional::L1);
+  return volume_workspace(kL1Op, vol, Functional::L1);
 }
 
 void tv_l1_3d_forward(const TensorRef& vol, const TensorRef& out, void* workspace,

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU driver of the TV family: one OpenMP task per (slice, depth) plane, the per-voxel math from
 // tv_math.h, and partial sums combined in plane order so results do not depend on the thread count.
-#include <vector>
-
 #include "core/dispatch.h"
 #include "core/neighborhood.h"
 #include "core/parallel.h"
@@ -94,7 +92,7 @@ void reduce(const ForwardArgs& args, const Policy& policy) {
   const VolumeView& v = args.vol;
   const T* data = static_cast<const T*>(args.vol_data);
   const int64_t planes = v.batch * v.depth;
-  std::vector<double> partials(static_cast<size_t>(planes) * K, 0.0);
+  double* partials = static_cast<double*>(args.workspace);  // forward_workspace_cpu doubles
   parallel_for(0, planes, v.height * v.width, [&](int64_t plane) {
     const int64_t n = plane / v.depth, a = plane % v.depth;
     double acc[K] = {};
@@ -175,6 +173,12 @@ void gradient(const BackwardArgs& args, const Policy& policy) {
 }
 
 }  // namespace
+
+std::size_t forward_workspace_cpu(const VolumeView& vol, Functional functional) {
+  const std::size_t bytes =
+      static_cast<std::size_t>(vol.batch * vol.depth) * num_sums(functional) * sizeof(double);
+  return bytes > 0 ? bytes : 1;
+}
 
 void forward_cpu(const ForwardArgs& args) {
   dispatch_float_types(args.op, args.dtype, [&](auto tag) {

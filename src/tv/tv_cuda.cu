@@ -94,7 +94,7 @@ __device__ FF_FORCE_INLINE void march_column(const VolumeView& v, const S* data,
     Result results[Streams];
 #pragma unroll
     for (int s = 0; s < Streams; ++s) {
-      // A run past the chunk's end recomputes its first voxel (valid memory) and is not consumed.
+      // A run past the chunk's end recomputes the chunk's last voxel (valid memory), unconsumed.
       const int64_t a = min(col.a_begin + s * steps + i, col.a_end - 1);
       auto nb_a = nb;
       auto at_a = at;
@@ -333,13 +333,14 @@ TileGrid checked_grid(const char* op, const VolumeView& v, int voxels_per_thread
 
 }  // namespace
 
+// One partial per block of the per-voxel grid, the larger of the two grids (the quad path uses a
+// prefix of it).
 std::size_t forward_workspace_cuda(const VolumeView& vol, Functional functional) {
   const std::size_t bytes =
       static_cast<std::size_t>(TileGrid::of(vol).blocks()) * num_sums(functional) * sizeof(double);
   return bytes > 0 ? bytes : 1;
 }
 
-// The workspace holds one partial per block of the per-voxel grid, the larger of the two grids.
 void forward_cuda(const ForwardArgs& args) {
   cuda::ProfileRange range(args.op);
   cuda::DeviceGuard guard(args.device.index, args.op);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 
+#include "core/check.h"
 #include "core/volume_view.h"
 #include "fieldfuse/core.h"
 #include "tv/tv_math.h"
@@ -25,9 +26,9 @@ decltype(auto) visit_functional(Functional functional, double eps, const Run& ru
     case Functional::Iso:
       return run(IsoTV{eps});
     case Functional::L1:
-    default:
       return run(L1TV{});
   }
+  fail(ErrorKind::Runtime, "tv", "internal error: unknown functional");
 }
 
 struct ForwardArgs {
@@ -63,6 +64,8 @@ struct BackwardArgs {
   Stream stream;
 };
 
+/// Workspace bytes of forward_cpu (one float64 partial per depth plane and sum; at least 1).
+std::size_t forward_workspace_cpu(const VolumeView& vol, Functional functional);
 void forward_cpu(const ForwardArgs& args);
 void backward_cpu(const BackwardArgs& args);
 

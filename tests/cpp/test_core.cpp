@@ -113,3 +113,14 @@ TEST(Core, BuildInfoIsConsistent) {
 }
 
 }  // namespace
+
+namespace {
+// There is one CPU; only CUDA devices are told apart by index.
+TEST(Core, CpuDevicesCompareEqualWhateverTheirIndex) {
+  using fieldfuse::Device;
+  using fieldfuse::DeviceType;
+  EXPECT_EQ((Device{DeviceType::CPU, 7}), (Device{DeviceType::CPU, 0}));
+  EXPECT_NE((Device{DeviceType::CUDA, 1}), (Device{DeviceType::CUDA, 0}));
+  EXPECT_NE((Device{DeviceType::CUDA, 0}), (Device{DeviceType::CPU, 0}));
+}
+}  // namespace

@@ -184,6 +184,34 @@ TEST_P(TvValidation, NullGradInData) {
   expect_error([&] { call_backward(op(), a); }, ErrorKind::Value, {op().api, op().grad_name()});
 }
 
+// Outputs are written while inputs are read, so a shared byte range would corrupt the result.
+TEST_P(TvValidation, GradInOverlappingInputIsRejected) {
+  Args a = valid_args(op());
+  a.grad_in.ref = a.in.ref;
+  expect_error([&] { call_backward(op(), a); }, ErrorKind::Value,
+               {op().api, op().grad_name(), "overlap"});
+}
+
+TEST_P(TvValidation, ExpandedGradInIsRejected) {
+  Args a = valid_args(op());
+  a.grad_in.ref.strides[0] = 0;  // every depth plane would alias the first
+  expect_error([&] { call_backward(op(), a); }, ErrorKind::Value,
+               {op().api, op().grad_name(), "stride 0"});
+}
+
+TEST_P(TvValidation, OutInsideInputIsRejected) {
+  Args a = valid_args(op());
+  a.out.ref.data = a.in.ref.data;
+  expect_error([&] { call_forward(op(), a); }, ErrorKind::Value, {op().api, "out", "overlap"});
+}
+
+TEST_P(TvValidation, MisalignedWorkspaceIsRejected) {
+  Args a = valid_args(op());
+  expect_error(
+      [&] { op().forward(a.in.ref, a.out.ref, a.workspace.data() + 4, a.workspace_bytes - 4); },
+      ErrorKind::Value, {op().api, "workspace", "aligned"});
+}
+
 std::vector<std::string> op_ids() {
   std::vector<std::string> ids;
   for (const TvOp& op : all_ops()) ids.push_back(op.id);

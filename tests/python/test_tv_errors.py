@@ -97,6 +97,14 @@ def _cases():
             r"tv_weighted_l1.*weights\b",  # the C++ message may say num_weights
             _public("tv_weighted_l1", torch.zeros(3, 4, 5), bad),
         )
+    # A string is a sequence too; its characters must not be read as weights.
+    for label, bad in {"string": "12", "string-entry": ["5", 0.1, 0.1], "none": None}.items():
+        yield _case(
+            f"tv_weighted_l1-weights-{label}",
+            TypeError,
+            r"tv_weighted_l1.*weights\b",
+            _public("tv_weighted_l1", torch.zeros(3, 4, 5), bad),
+        )
     # An axis with a nonzero weight but no differences: the message names the axis and weight.
     no_differences = {
         "size1-z": ((1, 24, 20), [0.5, 0.3, 0.3], 0.5),
@@ -158,3 +166,18 @@ def test_raw_backward_rejects_grad_out_on_another_device(name):
         backward(vol, *options, _grad_out(numel))
     with pytest.raises(ValueError, match=rf"(?s){name}.*\bgrad_out\b"):
         backward(vol.cpu(), *options, _grad_out(numel, device="cuda"))
+
+
+def test_core_rejects_outputs_that_alias_inputs():
+    # The Python ops always allocate fresh outputs; the extension is also callable directly, and an
+    # in-place gradient would read voxels it has already overwritten.
+    from fieldfuse import _C
+    from fieldfuse._backend import dl
+
+    vol = torch.rand(3, 4, 5)
+    grad_out = torch.ones(())
+    with pytest.raises(ValueError, match=r"tv_sq_3d_backward.*\bgrad_vol\b.*overlap"):
+        _C.tv_sq_3d_backward(dl(vol), dl(grad_out), dl(vol), 0)
+    expanded = torch.empty(5).expand(3, 4, 5)
+    with pytest.raises(ValueError, match=r"tv_sq_3d_backward.*\bgrad_vol\b.*stride 0"):
+        _C.tv_sq_3d_backward(dl(vol), dl(grad_out), dl(expanded), 0)
