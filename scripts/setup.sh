@@ -49,6 +49,7 @@ fi
 
 # --- C++ library, CLI and C++ tests ---------------------------------------------------------------
 log "building C++ (build/release)"
+mkdir -p "$root/build"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFIELDFUSE_TESTS=ON \
   -DFIELDFUSE_CUDA="${FIELDFUSE_CUDA:-AUTO}" >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
