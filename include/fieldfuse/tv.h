@@ -6,9 +6,9 @@
 // `[..., D, H, W]` tensor; leading dims are independent slices whose terms are summed together.
 //
 // Common to every function here:
-// - dtypes: float32 and float64 on CPU and CUDA; float16 and bfloat16 on CUDA only, computed and
-//   accumulated in float32. The scalar outputs are float32 for 16-bit inputs and the input dtype
-//   otherwise; gradients have the input's dtype.
+// - dtypes: float32 and float64 on CPU and CUDA; float16 and bfloat16 on CUDA only, computed in
+//   float32 with float64 sums. The scalar outputs are float32 for 16-bit inputs and the input
+//   dtype otherwise; gradients have the input's dtype.
 // - layout: any strides (non-contiguous views are read in place, never copied); `grad_*` outputs
 //   may have strides of their own. Outputs must not share memory with inputs and must not repeat
 //   elements (stride 0); both are checked (ValueError).
