@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import doctest
+import sys
+import types
 import zlib
 
 import pytest
@@ -86,3 +89,26 @@ def _ptychography_tv_loss(array: torch.Tensor, w_z: float, w_xy: float) -> torch
 def ptychography_loop():
     """`loop(array, w_z, w_xy)`: the spec's ptychography TV loop on a 2-D or 3-D array."""
     return _ptychography_tv_loss
+
+
+@pytest.fixture
+def reference_doctests(monkeypatch):
+    """`run(module, name)`: runs the docstring examples of `fieldfuse.reference.<name>`.
+
+    The module may have been loaded from its source file (the tests fall back to that when the
+    installed package predates it); then the docstrings' `from fieldfuse.reference import <name>`
+    is pointed at it, without importing the extension.
+    """
+
+    def run(module, name: str) -> None:
+        if module.__name__ != f"fieldfuse.reference.{name}":
+            package = types.ModuleType("fieldfuse")
+            reference = types.ModuleType("fieldfuse.reference")
+            package.reference = reference
+            setattr(reference, name, module)
+            monkeypatch.setitem(sys.modules, "fieldfuse", package)
+            monkeypatch.setitem(sys.modules, "fieldfuse.reference", reference)
+        result = doctest.testmod(module, verbose=False)
+        assert result.attempted > 0 and result.failed == 0
+
+    return run

@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import doctest
 import importlib.util
 import math
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -403,16 +400,8 @@ def test_volume_tv_on_kplanes_taps_is_differentiable(rng):
 # --- docs and argument checks ----------------------------------------------------------------
 
 
-def test_module_docstring_examples_run(monkeypatch):
-    if ref.__name__ != "fieldfuse.reference.kplanes":
-        # Loaded from the source file: let the docstring's `from fieldfuse.reference import
-        # kplanes` resolve to it without importing the extension.
-        package, reference = types.ModuleType("fieldfuse"), types.ModuleType("fieldfuse.reference")
-        package.reference, reference.kplanes = reference, ref
-        monkeypatch.setitem(sys.modules, "fieldfuse", package)
-        monkeypatch.setitem(sys.modules, "fieldfuse.reference", reference)
-    result = doctest.testmod(ref, verbose=False)
-    assert result.attempted > 0 and result.failed == 0
+def test_module_docstring_examples_run(reference_doctests):
+    reference_doctests(ref, "kplanes")
 
 
 @pytest.mark.parametrize("norm", ["sum", "Mean", None])

@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import doctest
 import importlib.util
 import itertools
 import math
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -164,16 +161,8 @@ def _naive_iso_grad(vol, eps):
 # --- hand-computed cases ------------------------------------------------------------------------
 
 
-def test_module_docstring_examples_run(monkeypatch):
-    if ref.__name__ != "fieldfuse.reference.tv":
-        # Loaded from the source file: let the docstring's `from fieldfuse.reference import tv`
-        # resolve to it without importing the extension.
-        package, reference = types.ModuleType("fieldfuse"), types.ModuleType("fieldfuse.reference")
-        package.reference, reference.tv = reference, ref
-        monkeypatch.setitem(sys.modules, "fieldfuse", package)
-        monkeypatch.setitem(sys.modules, "fieldfuse.reference", reference)
-    result = doctest.testmod(ref, verbose=False)
-    assert result.attempted > 0 and result.failed == 0
+def test_module_docstring_examples_run(reference_doctests):
+    reference_doctests(ref, "tv")
 
 
 def test_ramp_forward_by_hand():
