@@ -8,12 +8,18 @@ float64 oracles for every op live in ``fieldfuse.reference``.
 from __future__ import annotations
 
 from . import _C, reference
+from .kplanes import kplanes, kplanes_tilted, kplanes_tilted_taps, kplanes_tilted_with_taps, plane_tv
 from .tv import tv_iso_3d, tv_l1_3d, tv_sq_3d, tv_weighted_l1
 
 __version__ = _C.build_info()["version"]
 
 __all__ = [
     "build_info",
+    "kplanes",
+    "kplanes_tilted",
+    "kplanes_tilted_taps",
+    "kplanes_tilted_with_taps",
+    "plane_tv",
     "reference",
     "tv_iso_3d",
     "tv_l1_3d",

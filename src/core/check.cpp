@@ -98,6 +98,63 @@ void check_numel(const char* op, const char* arg, const TensorRef& t, int64_t nu
   }
 }
 
+void check_shape(const char* op, const char* arg, const TensorRef& t,
+                 std::initializer_list<int64_t> expected, const char* layout) {
+  bool matches = t.ndim == static_cast<int32_t>(expected.size());
+  int i = 0;
+  for (const int64_t size : expected) {
+    if (!matches) break;
+    matches = size < 0 || t.sizes[i] == size;
+    ++i;
+  }
+  if (!matches) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to have shape " + layout + ", but got shape " +
+             t.shape_str());
+  }
+}
+
+void check_contiguous(const char* op, const char* arg, const TensorRef& t) {
+  if (!t.is_contiguous()) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to be contiguous (row-major), but got shape " +
+             t.shape_str() + " with other strides");
+  }
+}
+
+bool is_dense(const TensorRef& t) {
+  // Sorting the dims of size > 1 by stride, each stride must be the product of the sizes before.
+  int64_t sizes[kMaxDims], strides[kMaxDims];
+  int n = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.sizes[i] == 0) return true;
+    if (t.sizes[i] == 1) continue;
+    int j = n++;
+    for (; j > 0 && strides[j - 1] > t.strides[i]; --j) {
+      sizes[j] = sizes[j - 1];
+      strides[j] = strides[j - 1];
+    }
+    sizes[j] = t.sizes[i];
+    strides[j] = t.strides[i];
+  }
+  int64_t expected = 1;
+  for (int i = 0; i < n; ++i) {
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+void check_dense(const char* op, const char* arg, const TensorRef& t) {
+  if (!is_dense(t)) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) +
+             " to be dense (a permutation of a contiguous layout, e.g. NCHW or channels-last), "
+             "but got shape " +
+             t.shape_str() + " with gaps or overlaps in its strides");
+  }
+}
+
 void check_storage(const char* op, const char* arg, const TensorRef& t, bool needs_data) {
   if (t.ndim < 0 || t.ndim > kMaxDims) {
     fail(ErrorKind::Value, op,

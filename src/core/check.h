@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 
 #include "fieldfuse/core.h"
@@ -38,6 +39,19 @@ void check_dtype(const char* op, const char* arg, const TensorRef& t, DType dtyp
 /// Same sizes as `ref` (strides may differ).
 void check_same_shape(const char* op, const char* arg, const TensorRef& t, const char* ref_arg,
                       const TensorRef& ref);
+
+/// Exactly the shape `expected` (an entry of -1 matches any size); `layout` names the dims for the
+/// message, e.g. "[B, 3]".
+void check_shape(const char* op, const char* arg, const TensorRef& t,
+                 std::initializer_list<int64_t> expected, const char* layout);
+
+/// Row-major contiguous (an output the kernels write with row-major indexing).
+void check_contiguous(const char* op, const char* arg, const TensorRef& t);
+
+/// Dense: its elements exactly fill the span they cover (a permutation of a contiguous layout, such
+/// as NCHW or channels-last), so it can be cleared as one block of memory.
+bool is_dense(const TensorRef& t);
+void check_dense(const char* op, const char* arg, const TensorRef& t);
 
 /// Exactly `numel` elements, any shape.
 void check_numel(const char* op, const char* arg, const TensorRef& t, int64_t numel);

@@ -269,4 +269,140 @@ FF_HOST_DEVICE FF_FORCE_INLINE void plane_product_partials(const T (&s)[3], T (&
   partial[2] = s[0] * s[1];
 }
 
+// ---- one channel of one (point, tilt, level) ---------------------------------------------------
+
+/// The four corner values of a tap's plane, in the corner order of BilinearTap::weights.
+template <class T>
+struct Corners {
+  T v[4];
+};
+
+/// A channel's feature: Π_p sample_p (Note [bilinear term order]).
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T channel_feature(const BilinearTap<T> (&taps)[3],
+                                                 const Corners<T> (&corners)[3]) {
+  const T s[3] = {
+      taps[0].sample(corners[0].v[0], corners[0].v[1], corners[0].v[2], corners[0].v[3]),
+      taps[1].sample(corners[1].v[0], corners[1].v[1], corners[1].v[2], corners[1].v[3]),
+      taps[2].sample(corners[2].v[0], corners[2].v[1], corners[2].v[2], corners[2].v[3])};
+  return plane_product(s);
+}
+
+/// A channel's backward for the upstream gradient `g` of its feature: `d_sample[p] = ∂L/∂s_p`
+/// (what the driver scatters into plane p's corners), and the index-space slopes added to
+/// `d_index_x[p]`, `d_index_y[p]` (∂L/∂ix_p, ∂L/∂iy_p, summed over channels by the caller and
+/// turned into dr by `rotated_point_gradient`).
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE void channel_backward(const BilinearTap<T> (&taps)[3],
+                                                     const Corners<T> (&corners)[3], T g,
+                                                     T (&d_sample)[3], T (&d_index_x)[3],
+                                                     T (&d_index_y)[3]) {
+  T s[3];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int p = 0; p < 3; ++p) {
+    const T(&v)[4] = corners[p].v;
+    s[p] = taps[p].sample(v[0], v[1], v[2], v[3]);
+  }
+  T partial[3];
+  plane_product_partials(s, partial);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int p = 0; p < 3; ++p) {
+    const T(&v)[4] = corners[p].v;
+    d_sample[p] = g * partial[p];
+    d_index_x[p] += d_sample[p] * taps[p].d_dix(v[0], v[1], v[2], v[3]);
+    d_index_y[p] += d_sample[p] * taps[p].d_diy(v[0], v[1], v[2], v[3]);
+  }
+}
+
+/// dr of one (point, tilt, level) from its channel-summed index slopes: each times its axis's
+/// ∂index/∂g (Note [border clip]), then assembled from the plane pairs.
+template <Variant V, class T>
+FF_HOST_DEVICE FF_FORCE_INLINE void rotated_point_gradient(const BilinearTap<T> (&taps)[3],
+                                                           const T (&d_index_x)[3],
+                                                           const T (&d_index_y)[3], T (&dr)[3]) {
+  const T dgx[3] = {d_index_x[0] * taps[0].sx, d_index_x[1] * taps[1].sx,
+                    d_index_x[2] * taps[2].sx};
+  const T dgy[3] = {d_index_y[0] * taps[0].sy, d_index_y[1] * taps[1].sy,
+                    d_index_y[2] * taps[2].sy};
+  assemble_point_gradient<V>(dgx, dgy, dr);
+}
+
+/// The share of ∂L/∂s that a tap scatters into cell (y, x): the sum of grad·w_k over the corners k
+/// that are that cell (several where corners coincide at the border), in corner order. The gather
+/// form of BilinearTap::scatter, for drivers that sum per cell instead of scattering.
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T gathered_share(const BilinearTap<T>& tap, T grad, int64_t y,
+                                                int64_t x) {
+  T w[4];
+  tap.weights(w);
+  T share = T(0);
+  if (tap.y0 == y && tap.x0 == x) share += grad * w[0];
+  if (tap.y0 == y && tap.x1 == x) share += grad * w[1];
+  if (tap.y1 == y && tap.x0 == x) share += grad * w[2];
+  if (tap.y1 == y && tap.x1 == x) share += grad * w[3];
+  return share;
+}
+
+// ---- sample positions --------------------------------------------------------------------------
+
+/// The number of positions a sample slot evaluates: 1 for a point, 4 for a volume-TV tap point
+/// (the point itself, then p + h·e_x, p + h·e_y, p + h·e_z).
+constexpr int kTapsPerTapPoint = 4;
+
+/// The rotated position of tap `tap` ∈ [0, 4) of point p: r = R·p for tap 0 (so tap 0 is bit for
+/// bit the plain evaluation), R·p + h·R[:, tap − 1] otherwise. The axis-aligned variant has no
+/// rotation: r = p (+ h along the axis).
+template <Variant V, class T>
+FF_HOST_DEVICE FF_FORCE_INLINE void tap_position(const T (&R)[9], const T (&p)[3], int tap, T h,
+                                                 T (&r)[3]) {
+  if (V == Variant::kTilted) {
+    T base[3];
+    rotate(R, p, base);
+    if (tap == 0) {
+      r[0] = base[0], r[1] = base[1], r[2] = base[2];
+    } else {
+      shift_along_axis(R, base, h, tap - 1, r);
+    }
+  } else {
+    r[0] = p[0] + (tap == 1 ? h : T(0));
+    r[1] = p[1] + (tap == 2 ? h : T(0));
+    r[2] = p[2] + (tap == 3 ? h : T(0));
+  }
+}
+
+/// The rotation and point gradients of one tap's dr (the transpose of `tap_position`).
+template <Variant V, class T>
+FF_HOST_DEVICE FF_FORCE_INLINE void accumulate_tap_gradient(const T (&R)[9], const T (&p)[3],
+                                                            int tap, T h, const T (&dr)[3],
+                                                            T (&dR)[9], T (&dp)[3]) {
+  if (V == Variant::kTilted) {
+    if (tap == 0) {
+      accumulate_rotation_gradient(dr, p, dR);
+    } else {
+      accumulate_shifted_rotation_gradient(dr, p, h, tap - 1, dR);
+    }
+    accumulate_point_gradient(R, dr, dp);
+  } else {
+    dp[0] += dr[0], dp[1] += dr[1], dp[2] += dr[2];
+  }
+}
+
+/// The three taps (one per plane) of position r on an H×W level.
+template <Variant V, class T>
+FF_HOST_DEVICE FF_FORCE_INLINE void plane_taps(const T (&r)[3], int64_t height, int64_t width,
+                                               BilinearTap<T> (&taps)[3]) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int p = 0; p < 3; ++p) {
+    T gx, gy;
+    plane_coordinates<V>(r, p, gx, gy);
+    taps[p] = bilinear_tap(gx, gy, height, width);
+  }
+}
+
 }  // namespace fieldfuse::detail::kplanes

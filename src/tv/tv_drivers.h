@@ -12,10 +12,10 @@
 
 namespace fieldfuse::detail::tv {
 
-enum class Functional { Sq, Iso, L1 };
+enum class Functional { Sq, Iso, L1, SqAxes };
 
-/// Partial sums a functional reduces (L1: one per axis).
-inline int num_sums(Functional f) { return f == Functional::L1 ? 3 : 1; }
+/// Partial sums a functional reduces (L1 and SqAxes: one per axis).
+inline int num_sums(Functional f) { return f == Functional::L1 || f == Functional::SqAxes ? 3 : 1; }
 
 /// Calls `run(policy)` with the tv_math.h policy of `functional`.
 template <class Run>
@@ -27,6 +27,8 @@ decltype(auto) visit_functional(Functional functional, double eps, const Run& ru
       return run(IsoTV{eps});
     case Functional::L1:
       return run(L1TV{});
+    case Functional::SqAxes:
+      return run(SqAxesTV{});
   }
   fail(ErrorKind::Runtime, "tv", "internal error: unknown functional");
 }

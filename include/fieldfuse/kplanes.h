@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// K-Planes feature interpolation (the `kplanes` family): tilted and axis-aligned multiscale
+// feature planes, finite-difference volume-TV taps, and plane TV.
+//
+// Contracts follow specs/kplanes.md. A field has L levels; level l is a tensor of logical shape
+// `[P, C_l, H_l, W_l]` (P = 3T planes for T tilts, plane k = 3t + p; P = 3 axis-aligned). A point's
+// features are, per level and tilt, the channel-wise product of its bilinear samples on the
+// tilt's three planes (F.grid_sample with align_corners=True and padding_mode="border": points
+// outside [−1, 1] are clamped to the border, and a coordinate on or beyond ±1 gets a zero
+// coordinate gradient), times the level's gate. Features are laid out level-major, then
+// tilt-major, channel fastest: column `offset_l + t·C_l + c`, offset_l = T·Σ_{m<l} C_m.
+//
+//   tilted:       r = R_t·p; planes (gx, gy) = (r_x, r_y), (r_z, r_x), (r_y, r_z)
+//   axis-aligned: r = p;     planes (gx, gy) = (p_x, p_y), (p_x, p_z), (p_y, p_z)
+//
+// Volume-TV taps: a tap point q is evaluated at q, q + h·e_x, q + h·e_y and q + h·e_z (tilted:
+// R·q + h·R[:, i], so tap 0 is bit-identical to evaluating q as a point). Points and tap points go
+// through one launch and one backward, which accumulates into the planes once.
+//
+// Common to every function here:
+// - dtypes: points, tap points and rotations share one dtype, float32 or float64 (the compute
+//   type). Planes have that dtype too, or, on CUDA with float32 points, float16 or bfloat16
+//   (computed in float32; plane gradients are accumulated in float32 and rounded once). Features
+//   are the compute type or the plane dtype (`features.dtype` chooses).
+// - layout: points, rotations and planes are read through their strides, in place: NCHW planes,
+//   channels-last planes (`[P, C, H, W]` with strides (H·W·C, 1, W·C, C)) and other views work
+//   without copies; dense channels-last planes take the vectorised CUDA path. Feature outputs must
+//   be contiguous. Plane gradients must be dense (a permutation of a contiguous layout, as
+//   `torch.empty_like` gives for NCHW and channels-last planes); they are fully written.
+// - determinism: point and rotation gradients are always reduced in a fixed order. On CUDA the
+//   default plane-gradient scatter uses float atomics (exact sums, order-dependent rounding);
+//   `deterministic = true` gathers each cell's contributions in a fixed order instead, so the
+//   backward gives the same bits every run. The CPU driver is always deterministic and
+//   independent of the thread count.
+// - all work is enqueued on `stream` for CUDA tensors; CPU calls run to completion with OpenMP.
+#pragma once
+
+#include <cstddef>
+
+#include "fieldfuse/core.h"
+
+namespace fieldfuse {
+
+/// The two plane arrangements; an identity rotation does not turn one into the other.
+enum class KPlanesVariant : int32_t { Tilted, AxisAligned };
+
+/// The inputs of a K-Planes evaluation. Absent tensors are default-constructed TensorRefs
+/// (`ndim == 0`).
+struct KPlanesInputs {
+  KPlanesVariant variant = KPlanesVariant::Tilted;
+  TensorRef pts;        ///< `[B, 3]` points (x, y, z); B may be 0
+  TensorRef tap_pts;    ///< `[N, 3]` volume-TV tap points, or absent (N = 0)
+  double h = 0.0;       ///< tap step (finite); used only with tap points
+  TensorRef rotations;  ///< `[T, 3, 3]` row-major, not assumed orthogonal; absent axis-aligned
+  const TensorRef* planes = nullptr;  ///< `num_levels` level tensors (see the header comment)
+  int num_levels = 0;                 ///< >= 1
+  const double* gates = nullptr;      ///< `num_levels` finite per-level factors, or null (all 1)
+};
+
+/// Total feature columns F = T·Σ_l C_l (T = 1 axis-aligned), from the metadata alone.
+int64_t kplanes_num_features(const KPlanesInputs& inputs);
+
+/// `features [B, F]` and, with tap points, `tap_features [4, N, F]` (tap-major: taps 0..3 are the
+/// point, then +h along x, y, z). `tap_features` may be absent when N = 0.
+void kplanes_forward(const KPlanesInputs& inputs, const TensorRef& features,
+                     const TensorRef& tap_features, Stream stream = {});
+
+/// Where the backward writes. A null pointer skips that gradient (and the work only it needs).
+struct KPlanesGradients {
+  const TensorRef* pts = nullptr;        ///< `[B, 3]`, inputs.pts' dtype
+  const TensorRef* tap_pts = nullptr;    ///< `[N, 3]`
+  const TensorRef* rotations = nullptr;  ///< `[T, 3, 3]`, tilted only
+  const TensorRef* planes = nullptr;     ///< `num_levels` tensors shaped and typed like the planes
+};
+
+/// Workspace bytes `kplanes_backward` needs (>= 1). Reads only metadata. It grows with
+/// `deterministic` (the sort buffers of the gather) and with 16-bit planes (float32 accumulators).
+std::size_t kplanes_backward_workspace_size(const KPlanesInputs& inputs,
+                                            const KPlanesGradients& grads, bool deterministic);
+
+/// Exact analytic backward of `kplanes_forward` for upstream gradients `grad_features [B, F]` and
+/// `grad_tap_features [4, N, F]` (any strides; the features' dtype). Gates are constants.
+/// The workspace is device memory for CUDA inputs and host memory for CPU inputs, aligned to 8
+/// bytes (any allocator's memory is).
+void kplanes_backward(const KPlanesInputs& inputs, const TensorRef& grad_features,
+                      const TensorRef& grad_tap_features, const KPlanesGradients& grads,
+                      bool deterministic, void* workspace, std::size_t workspace_bytes,
+                      Stream stream = {});
+
+// ---------------------------------------------------------------------------------------------
+// plane_tv: smoothness of the planes themselves
+// ---------------------------------------------------------------------------------------------
+// Per level, with P = 3T planes of C×H×W:
+//   level_l = (1/T)·Σ_k [ Σ_{c,h<H−1,w} ΔH² / (C(H−1)W) + Σ_{c,h,w<W−1} ΔW² / (CH(W−1)) ]
+// (T = 1 axis-aligned: the plain sum over the 3 planes), times H_l·W_l / max_m(H_m·W_m) with
+// `PlaneTVNorm::PerCell`. An axis of size 1 contributes 0. The loss is Σ_l level_l; `out` holds the
+// L level terms so callers can log them. Sums are float64 in a fixed order (deterministic).
+
+enum class PlaneTVNorm : int32_t { Mean, PerCell };
+
+/// Workspace bytes for `plane_tv_forward` (>= 1); reads only metadata.
+std::size_t plane_tv_workspace_size(const TensorRef* planes, int num_levels);
+
+/// `out` has num_levels elements: float32 for 16-bit planes, else the planes' dtype.
+void plane_tv_forward(const TensorRef* planes, int num_levels, int num_tilts, PlaneTVNorm norm,
+                      const TensorRef& out, void* workspace, std::size_t workspace_bytes,
+                      Stream stream = {});
+
+/// `grad_planes[l] = grad_out[l] · ∂level_l/∂planes[l]` (any strides of their own).
+void plane_tv_backward(const TensorRef* planes, int num_levels, int num_tilts, PlaneTVNorm norm,
+                       const TensorRef& grad_out, const TensorRef* grad_planes, Stream stream = {});
+
+}  // namespace fieldfuse

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU driver of the K-Planes family: OpenMP over sample slots for the features and the point and
+// rotation gradients; over (level, tilt) plane owners for the plane gradients, so no two threads
+// ever add into the same cell and every sum runs in slot order (deterministic, thread-count
+// independent, no atomics).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "kplanes/kplanes_drivers.h"
+
+namespace fieldfuse::detail::kplanes {
+namespace {
+
+/// Slots per rotation-gradient partial: fixed, so the summation order never depends on threads.
+constexpr int64_t kSlotsPerChunk = 64;
+
+/// Calls `f(std::integral_constant-like)` with the variant as a template argument.
+template <class F>
+void visit_variant(Variant v, const F& f) {
+  if (v == Variant::kTilted) {
+    f(std::integral_constant<Variant, Variant::kTilted>{});
+  } else {
+    f(std::integral_constant<Variant, Variant::kAxisAligned>{});
+  }
+}
+
+template <class T>
+void rotation_of(const Problem& pb, int t, T (&R)[9]) {
+  if (pb.variant == Variant::kTilted) {
+    load_rotation(pb.rotations, pb.rotation_strides, t, R);
+  } else {
+    for (int i = 0; i < 9; ++i) R[i] = (i % 4 == 0) ? T(1) : T(0);
+  }
+}
+
+template <class T>
+void slot_point(const Problem& pb, const Slot& slot, T (&p)[3]) {
+  load_point(slot.is_tap_point ? pb.tap_pts : pb.pts, slot.row, p);
+}
+
+/// Work units (corner loads) of one slot, for parallel_for's grain.
+int64_t slot_work(const Problem& pb) { return 12 * std::max<int64_t>(1, pb.num_features); }
+
+template <Variant V, class T>
+void forward_typed(const Problem& pb, const ForwardOutputs& out) {
+  T* features = static_cast<T*>(out.features);
+  T* tap_features = static_cast<T*>(out.tap_features);
+  const int64_t num_points = pb.pts.rows, num_taps = pb.tap_pts.rows, f = pb.num_features;
+  const T h = static_cast<T>(pb.h);
+  parallel_for(0, pb.num_slots(), slot_work(pb), [&](int64_t s) {
+    const Slot slot = slot_of(s, num_points);
+    T p[3];
+    slot_point(pb, slot, p);
+    for (int tap = 0; tap < slot.num_positions; ++tap) {
+      T* row = slot.is_tap_point ? tap_features + (tap * num_taps + slot.row) * f
+                                 : features + slot.row * f;
+      for (int t = 0; t < pb.num_tilts; ++t) {
+        T R[9], r[3];
+        rotation_of(pb, t, R);
+        tap_position<V>(R, p, tap, h, r);
+        for (const Level& level : pb.levels) {
+          const PlaneView& v = level.view;
+          const T* plane = static_cast<const T*>(level.data);
+          BilinearTap<T> taps[3];
+          plane_taps<V>(r, v.height, v.width, taps);
+          const T gate = static_cast<T>(level.gate);
+          T* out_row = row + level.column + t * v.channels;
+          for (int64_t c = 0; c < v.channels; ++c) {
+            const Corners<T> corners[3] = {load_corners(plane, v, 3 * t, c, taps[0]),
+                                           load_corners(plane, v, 3 * t + 1, c, taps[1]),
+                                           load_corners(plane, v, 3 * t + 2, c, taps[2])};
+            out_row[c] = channel_feature(taps, corners) * gate;
+          }
+        }
+      }
+    }
+  });
+}
+
+/// The upstream gradient of feature column `col` of position `tap` of a slot.
+template <class T>
+T upstream(const BackwardArgs& a, const Slot& slot, int tap, int64_t col) {
+  return slot.is_tap_point ? matrix_at<T>(a.grad_tap_features, tap, slot.row, col)
+                           : matrix_at<T>(a.grad_features, 0, slot.row, col);
+}
+
+/// Runs the channel backward of one (position, tilt, level) and hands each channel's d_sample to
+/// `scatter(c, d_sample)`; returns the level's dr through `dr`.
+template <Variant V, class T, class Scatter>
+void level_backward(const BackwardArgs& a, const Slot& slot, int tap, int t, const Level& level,
+                    const T (&r)[3], T (&dr)[3], const Scatter& scatter) {
+  const PlaneView& v = level.view;
+  const T* plane = static_cast<const T*>(level.data);
+  BilinearTap<T> taps[3];
+  plane_taps<V>(r, v.height, v.width, taps);
+  const T gate = static_cast<T>(level.gate);
+  T d_index_x[3] = {0, 0, 0}, d_index_y[3] = {0, 0, 0};
+  const int64_t first_col = level.column + t * v.channels;
+  for (int64_t c = 0; c < v.channels; ++c) {
+    const Corners<T> corners[3] = {load_corners(plane, v, 3 * t, c, taps[0]),
+                                   load_corners(plane, v, 3 * t + 1, c, taps[1]),
+                                   load_corners(plane, v, 3 * t + 2, c, taps[2])};
+    const T g = upstream<T>(a, slot, tap, first_col + c) * gate;
+    T d_sample[3];
+    channel_backward(taps, corners, g, d_sample, d_index_x, d_index_y);
+    scatter(c, taps, d_sample);
+  }
+  rotated_point_gradient<V>(taps, d_index_x, d_index_y, dr);
+}
+
+template <Variant V, class T>
+void geometry_backward(const BackwardArgs& a) {
+  const Problem& pb = a.problem;
+  const int64_t num_slots = pb.num_slots();
+  const int64_t chunks = (num_slots + kSlotsPerChunk - 1) / kSlotsPerChunk;
+  const int tilts = pb.num_tilts;
+  double* partials = static_cast<double*>(a.workspace);  // [chunks, T, 9]
+  const T h = static_cast<T>(pb.h);
+  const auto no_scatter = [](int64_t, const BilinearTap<T>(&)[3], const T(&)[3]) {};
+  parallel_for(0, chunks, kSlotsPerChunk * slot_work(pb), [&](int64_t chunk) {
+    double* partial = partials + chunk * tilts * 9;
+    std::fill(partial, partial + tilts * 9, 0.0);
+    const int64_t end = std::min(num_slots, (chunk + 1) * kSlotsPerChunk);
+    for (int64_t s = chunk * kSlotsPerChunk; s < end; ++s) {
+      const Slot slot = slot_of(s, pb.pts.rows);
+      T p[3], dp[3] = {0, 0, 0};
+      slot_point(pb, slot, p);
+      for (int t = 0; t < tilts; ++t) {
+        T R[9], dR[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        rotation_of(pb, t, R);
+        for (int tap = 0; tap < slot.num_positions; ++tap) {
+          T r[3], dr[3] = {0, 0, 0};
+          tap_position<V>(R, p, tap, h, r);
+          for (const Level& level : pb.levels) {
+            T dr_level[3];
+            level_backward<V>(a, slot, tap, t, level, r, dr_level, no_scatter);
+            dr[0] += dr_level[0], dr[1] += dr_level[1], dr[2] += dr_level[2];
+          }
+          accumulate_tap_gradient<V>(R, p, tap, h, dr, dR, dp);
+        }
+        for (int i = 0; i < 9; ++i) partial[t * 9 + i] += static_cast<double>(dR[i]);
+      }
+      void* grad = slot.is_tap_point ? a.grad_tap_pts : a.grad_pts;
+      if (grad != nullptr) {
+        const int64_t(&st)[2] = slot.is_tap_point ? a.grad_tap_pts_strides : a.grad_pts_strides;
+        T* row = static_cast<T*>(grad) + slot.row * st[0];
+        row[0] = dp[0], row[st[1]] = dp[1], row[2 * st[1]] = dp[2];
+      }
+    }
+  });
+  if (a.grad_rotations == nullptr) return;
+  for (int t = 0; t < tilts; ++t) {
+    for (int i = 0; i < 9; ++i) {
+      double sum = 0.0;
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += partials[(chunk * tilts + t) * 9 + i];
+      const int64_t(&st)[3] = a.grad_rotation_strides;
+      static_cast<T*>(a.grad_rotations)[t * st[0] + (i / 3) * st[1] + (i % 3) * st[2]] =
+          static_cast<T>(sum);
+    }
+  }
+}
+
+/// Plane gradients: one owner per (level, tilt) clears its three planes and adds every slot's
+/// shares in slot order.
+template <Variant V, class T>
+void plane_backward(const BackwardArgs& a) {
+  const Problem& pb = a.problem;
+  const int tilts = pb.num_tilts;
+  const int64_t owners = static_cast<int64_t>(pb.levels.size()) * tilts;
+  const T h = static_cast<T>(pb.h);
+  parallel_for(0, owners, pb.num_slots() * slot_work(pb), [&](int64_t owner) {
+    const Level& level = pb.levels[owner / tilts];
+    const int t = static_cast<int>(owner % tilts);
+    const PlaneView& gv = level.grad_view;
+    T* grad = static_cast<T*>(level.grad);
+    for (int64_t k = 3 * t; k < 3 * t + 3; ++k)
+      for (int64_t c = 0; c < gv.channels; ++c)
+        for (int64_t y = 0; y < gv.height; ++y)
+          for (int64_t x = 0; x < gv.width; ++x) grad[gv.offset(k, c, y, x)] = T(0);
+    const auto scatter = [&](int64_t c, const BilinearTap<T>(&taps)[3], const T(&d_sample)[3]) {
+      for (int p = 0; p < 3; ++p) {
+        const BilinearTap<T>& tap = taps[p];
+        T share[4];
+        tap.scatter(d_sample[p], share);
+        T* base = grad + (3 * t + p) * gv.stride_k + c * gv.stride_c;
+        base[tap.y0 * gv.stride_y + tap.x0 * gv.stride_x] += share[0];
+        base[tap.y0 * gv.stride_y + tap.x1 * gv.stride_x] += share[1];
+        base[tap.y1 * gv.stride_y + tap.x0 * gv.stride_x] += share[2];
+        base[tap.y1 * gv.stride_y + tap.x1 * gv.stride_x] += share[3];
+      }
+    };
+    T R[9];
+    rotation_of(pb, t, R);
+    for (int64_t s = 0; s < pb.num_slots(); ++s) {
+      const Slot slot = slot_of(s, pb.pts.rows);
+      T p[3];
+      slot_point(pb, slot, p);
+      for (int tap = 0; tap < slot.num_positions; ++tap) {
+        T r[3], dr[3];
+        tap_position<V>(R, p, tap, h, r);
+        level_backward<V>(a, slot, tap, t, level, r, dr, scatter);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void forward_cpu(const Problem& problem, const ForwardOutputs& out) {
+  dispatch_float_types(problem.op, problem.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    visit_variant(problem.variant,
+                  [&](auto v) { forward_typed<decltype(v)::value, T>(problem, out); });
+  });
+}
+
+std::size_t backward_workspace_cpu(const Problem& problem) {
+  const int64_t chunks = (problem.num_slots() + kSlotsPerChunk - 1) / kSlotsPerChunk;
+  return std::max<std::size_t>(
+      1, static_cast<std::size_t>(chunks) * problem.num_tilts * 9 * sizeof(double));
+}
+
+void backward_cpu(const BackwardArgs& args) {
+  dispatch_float_types(args.problem.op, args.problem.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    visit_variant(args.problem.variant, [&](auto v) {
+      constexpr Variant V = decltype(v)::value;
+      if (args.wants_geometry()) geometry_backward<V, T>(args);
+      if (args.wants_planes) plane_backward<V, T>(args);
+    });
+  });
+}
+
+}  // namespace fieldfuse::detail::kplanes

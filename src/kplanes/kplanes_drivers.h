@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+// The interface between the K-Planes front (kplanes.cpp), which validates and lays out the
+// problem, and the CPU and CUDA drivers, which only iterate, scatter and reduce.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/macros.h"
+#include "fieldfuse/core.h"
+#include "kplanes/kplanes_math.h"
+
+namespace fieldfuse::detail::kplanes {
+
+/// A strided `[P, C, H, W]` level (element strides; channels-last has stride_c == 1).
+struct PlaneView {
+  int64_t planes = 0, channels = 0, height = 0, width = 0;
+  int64_t stride_k = 0, stride_c = 0, stride_y = 0, stride_x = 0;
+
+  FF_HOST_DEVICE FF_FORCE_INLINE int64_t offset(int64_t k, int64_t c, int64_t y, int64_t x) const {
+    return k * stride_k + c * stride_c + y * stride_y + x * stride_x;
+  }
+  FF_HOST_DEVICE int64_t numel() const { return planes * channels * height * width; }
+};
+
+/// One level as the drivers see it.
+struct Level {
+  const void* data = nullptr;
+  PlaneView view;
+  int64_t column = 0;  ///< first feature column of the level (T·Σ_{m<l} C_m)
+  double gate = 1.0;
+  void* grad = nullptr;  ///< backward: the plane gradient (dense), or null
+  PlaneView grad_view;
+};
+
+/// A strided `[rows, 3]` point array.
+struct PointsView {
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t stride_row = 0, stride_col = 0;
+};
+
+/// Upstream gradients, or outputs, of shape [rows, F] (taps: [4, rows, F]), any strides.
+struct MatrixView {
+  const void* data = nullptr;
+  int64_t stride_tap = 0, stride_row = 0, stride_col = 0;
+};
+
+/// A validated problem. Sample slots are the B points (one position each) followed by the N tap
+/// points (kTapsPerTapPoint positions each).
+struct Problem {
+  const char* op = "";
+  Variant variant = Variant::kTilted;
+  DType dtype = DType::Float32;        ///< points, rotations, compute type
+  DType plane_dtype = DType::Float32;  ///< all levels
+  Device device{};
+  PointsView pts, tap_pts;
+  double h = 0.0;
+  const void* rotations = nullptr;  ///< tilted: [T, 3, 3]
+  int64_t rotation_strides[3] = {0, 0, 0};
+  int num_tilts = 1;
+  std::vector<Level> levels;
+  int64_t num_features = 0;
+
+  int64_t num_slots() const { return pts.rows + tap_pts.rows; }
+  /// Positions evaluated (B + 4N), each one feature row.
+  int64_t num_positions() const { return pts.rows + kTapsPerTapPoint * tap_pts.rows; }
+  int64_t planes_per_level() const { return 3 * static_cast<int64_t>(num_tilts); }
+};
+
+struct ForwardOutputs {
+  void* features = nullptr;      ///< contiguous [B, F]
+  void* tap_features = nullptr;  ///< contiguous [4, N, F]
+  DType dtype = DType::Float32;
+};
+
+struct BackwardArgs {
+  Problem problem;
+  MatrixView grad_features, grad_tap_features;  ///< dtype grad_dtype
+  DType grad_dtype = DType::Float32;
+  // Outputs (null data = not wanted); strided.
+  void* grad_pts = nullptr;
+  int64_t grad_pts_strides[2] = {0, 0};
+  void* grad_tap_pts = nullptr;
+  int64_t grad_tap_pts_strides[2] = {0, 0};
+  void* grad_rotations = nullptr;
+  int64_t grad_rotation_strides[3] = {0, 0, 0};
+  bool wants_planes = false;  ///< every level's grad is set
+  bool deterministic = false;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  Stream stream{};
+
+  bool wants_geometry() const {
+    return grad_pts != nullptr || grad_tap_pts != nullptr || grad_rotations != nullptr;
+  }
+};
+
+// ---- strided access shared by the drivers ------------------------------------------------------
+
+/// Row `row` of a strided [rows, 3] point array.
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE void load_point(const PointsView& v, int64_t row, T (&p)[3]) {
+  const T* base = static_cast<const T*>(v.data) + row * v.stride_row;
+  p[0] = base[0];
+  p[1] = base[v.stride_col];
+  p[2] = base[2 * v.stride_col];
+}
+
+/// Rotation t of a strided [T, 3, 3] array, row-major into R.
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE void load_rotation(const void* data, const int64_t (&strides)[3],
+                                                  int64_t t, T (&R)[9]) {
+  const T* base = static_cast<const T*>(data) + t * strides[0];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) R[3 * i + j] = base[i * strides[1] + j * strides[2]];
+}
+
+/// The four corners of channel c of plane k under `tap`, converted to the compute type.
+template <class T, class S>
+FF_HOST_DEVICE FF_FORCE_INLINE Corners<T> load_corners(const S* plane, const PlaneView& v,
+                                                       int64_t k, int64_t c,
+                                                       const BilinearTap<T>& tap) {
+  const S* base = plane + k * v.stride_k + c * v.stride_c;
+  const int64_t r0 = tap.y0 * v.stride_y, r1 = tap.y1 * v.stride_y;
+  const int64_t c0 = tap.x0 * v.stride_x, c1 = tap.x1 * v.stride_x;
+  return {{static_cast<T>(base[r0 + c0]), static_cast<T>(base[r0 + c1]),
+           static_cast<T>(base[r1 + c0]), static_cast<T>(base[r1 + c1])}};
+}
+
+/// One sample slot (Problem): which points array it reads, its row there and how many positions.
+struct Slot {
+  bool is_tap_point;
+  int64_t row;
+  int num_positions;
+};
+
+FF_HOST_DEVICE FF_FORCE_INLINE Slot slot_of(int64_t s, int64_t num_points) {
+  return s < num_points ? Slot{false, s, 1} : Slot{true, s - num_points, kTapsPerTapPoint};
+}
+
+/// Element (tap, row, col) of a [rows, F] or [4, rows, F] matrix stored as S, as T.
+template <class T, class S = T>
+FF_HOST_DEVICE FF_FORCE_INLINE T matrix_at(const MatrixView& m, int64_t tap, int64_t row,
+                                           int64_t col) {
+  return static_cast<T>(
+      static_cast<const S*>(m.data)[tap * m.stride_tap + row * m.stride_row + col * m.stride_col]);
+}
+
+void forward_cpu(const Problem& problem, const ForwardOutputs& out);
+std::size_t backward_workspace_cpu(const Problem& problem);
+void backward_cpu(const BackwardArgs& args);
+
+#if FIELDFUSE_WITH_CUDA
+void forward_cuda(const Problem& problem, const ForwardOutputs& out, Stream stream);
+std::size_t backward_workspace_cuda(const Problem& problem, bool wants_planes, bool deterministic);
+void backward_cuda(const BackwardArgs& args);
+#endif
+
+}  // namespace fieldfuse::detail::kplanes

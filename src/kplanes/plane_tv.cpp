@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+// plane_tv: each level's planes as a [..., H, W] stack, reduced by the TV family's drivers into
+// per-axis Δ² sums (Functional::SqAxes) that a per-level plan weighs into the level's term.
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+#include "core/volume_view.h"
+#include "fieldfuse/kplanes.h"
+#include "tv/tv_drivers.h"
+
+namespace fieldfuse {
+namespace {
+
+using detail::fail;
+using detail::tv::Functional;
+using detail::tv::ReducePlan;
+
+constexpr const char* kForwardOp = "plane_tv";
+constexpr const char* kBackwardOp = "plane_tv_backward";
+
+DType reduced_dtype(DType d) {
+  return d == DType::Float16 || d == DType::BFloat16 ? DType::Float32 : d;
+}
+
+std::string plane_arg(const char* name, int level) {
+  return std::string(name) + "[" + std::to_string(level) + "]";
+}
+
+/// Validates the level list and returns the tilts the planes imply.
+void check_planes(const char* op, const TensorRef* planes, int num_levels, int num_tilts,
+                  bool needs_data) {
+  if (num_levels < 1 || planes == nullptr) {
+    fail(ErrorKind::Value, op,
+         "expected at least one level of planes, but got " + std::to_string(num_levels));
+  }
+  if (num_tilts < 1) {
+    fail(ErrorKind::Value, op,
+         "expected num_tilts >= 1 (1 for axis-aligned planes), but got " +
+             std::to_string(num_tilts));
+  }
+  for (int l = 0; l < num_levels; ++l) {
+    const TensorRef& t = planes[l];
+    const std::string arg = plane_arg("planes", l);
+    detail::check_storage(op, arg.c_str(), t, needs_data);
+    detail::check_device_supported(op, arg.c_str(), t);
+    detail::check_float_dtype(op, arg.c_str(), t);
+    if (t.ndim != 4 || t.sizes[0] != 3 * static_cast<int64_t>(num_tilts)) {
+      fail(ErrorKind::Value, op,
+           "expected " + arg + " to have shape [3T, C, H, W] with T = num_tilts = " +
+               std::to_string(num_tilts) + ", but got shape " + t.shape_str());
+    }
+    if (l > 0) {
+      detail::check_same_device(op, arg.c_str(), t, "planes[0]", planes[0]);
+      detail::check_dtype(op, arg.c_str(), t, planes[0].dtype, "the dtype of planes[0]");
+    }
+  }
+}
+
+/// level_l = factor_l·(1/T)·[ΣΔH²/(C(H−1)W) + ΣΔW²/(CH(W−1))]; sums[0] (the view's unit depth) is
+/// unused, and an axis of size 1 has no differences and weight 0.
+ReducePlan level_plan(const TensorRef& plane, int num_tilts, double factor) {
+  const double c = static_cast<double>(plane.sizes[1]);
+  const double h = static_cast<double>(plane.sizes[2]);
+  const double w = static_cast<double>(plane.sizes[3]);
+  ReducePlan plan;
+  plan.num_sums = 3;
+  plan.num_outputs = 1;
+  plan.scale[0] = 0.0;
+  plan.scale[1] =
+      plane.sizes[2] > 1 && plane.numel() > 0 ? factor / (num_tilts * c * (h - 1) * w) : 0.0;
+  plan.scale[2] =
+      plane.sizes[3] > 1 && plane.numel() > 0 ? factor / (num_tilts * c * h * (w - 1)) : 0.0;
+  return plan;
+}
+
+/// The per-cell factors H_l·W_l / max_m(H_m·W_m), or 1 with PlaneTVNorm::Mean.
+double level_factor(const TensorRef* planes, int num_levels, int level, PlaneTVNorm norm) {
+  if (norm == PlaneTVNorm::Mean) return 1.0;
+  int64_t largest = 0;
+  for (int l = 0; l < num_levels; ++l) {
+    largest = std::max(largest, planes[l].sizes[2] * planes[l].sizes[3]);
+  }
+  return static_cast<double>(planes[level].sizes[2] * planes[level].sizes[3]) /
+         static_cast<double>(largest);
+}
+
+void check_norm(const char* op, PlaneTVNorm norm) {
+  if (norm != PlaneTVNorm::Mean && norm != PlaneTVNorm::PerCell) {
+    fail(ErrorKind::Value, op, "expected norm to be Mean or PerCell");
+  }
+}
+
+std::size_t level_workspace(const TensorRef& plane) {
+  const detail::VolumeView view = detail::make_volume_view(plane, 2);
+#if FIELDFUSE_WITH_CUDA
+  if (plane.device.is_cuda()) return detail::tv::forward_workspace_cuda(view, Functional::SqAxes);
+#endif
+  return detail::tv::forward_workspace_cpu(view, Functional::SqAxes);
+}
+
+/// The stride between the L elements of a 1-D per-level tensor.
+void check_level_vector(const char* op, const char* arg, const TensorRef& t, int num_levels,
+                        const TensorRef& planes0) {
+  detail::check_storage(op, arg, t);
+  const std::string layout = "[" + std::to_string(num_levels) + "] (one term per level)";
+  detail::check_shape(op, arg, t, {num_levels}, layout.c_str());
+  detail::check_same_device(op, arg, t, "planes[0]", planes0);
+  detail::check_dtype(op, arg, t, reduced_dtype(planes0.dtype), "the reduced dtype of planes");
+}
+
+char* element(void* data, DType dtype, int64_t index) {
+  return static_cast<char*>(data) + index * static_cast<int64_t>(dtype_size(dtype));
+}
+
+}  // namespace
+
+std::size_t plane_tv_workspace_size(const TensorRef* planes, int num_levels) {
+  if (num_levels < 1 || planes == nullptr) {
+    fail(ErrorKind::Value, kForwardOp,
+         "expected at least one level of planes, but got " + std::to_string(num_levels));
+  }
+  std::size_t bytes = 1;
+  for (int l = 0; l < num_levels; ++l) {
+    const std::string arg = plane_arg("planes", l);
+    detail::check_storage(kForwardOp, arg.c_str(), planes[l], /*needs_data=*/false);
+    detail::check_device_supported(kForwardOp, arg.c_str(), planes[l]);
+    detail::check_min_dims(kForwardOp, arg.c_str(), planes[l], 2, "[3T, C, H, W]");
+    bytes = std::max(bytes, level_workspace(planes[l]));
+  }
+  return bytes;
+}
+
+void plane_tv_forward(const TensorRef* planes, int num_levels, int num_tilts, PlaneTVNorm norm,
+                      const TensorRef& out, void* workspace, std::size_t workspace_bytes,
+                      Stream stream) {
+  const char* op = kForwardOp;
+  check_norm(op, norm);
+  check_planes(op, planes, num_levels, num_tilts, /*needs_data=*/true);
+  check_level_vector(op, "out", out, num_levels, planes[0]);
+  std::size_t required = 1;
+  for (int l = 0; l < num_levels; ++l) {
+    detail::check_disjoint(op, "out", out, plane_arg("planes", l).c_str(), planes[l]);
+    required = std::max(required, level_workspace(planes[l]));
+  }
+  detail::check_workspace(op, workspace, workspace_bytes, required);
+  // The levels run one after another on one stream, so they can share the workspace.
+  for (int l = 0; l < num_levels; ++l) {
+    const TensorRef& plane = planes[l];
+    const detail::tv::ForwardArgs args{
+        op,
+        Functional::SqAxes,
+        0.0,
+        detail::make_volume_view(plane, 2),
+        plane.data,
+        plane.dtype,
+        plane.device,
+        level_plan(plane, num_tilts, level_factor(planes, num_levels, l, norm)),
+        element(out.data, out.dtype, l * out.strides[0]),
+        out.dtype,
+        out.strides[0],
+        workspace,
+        stream};
+#if FIELDFUSE_WITH_CUDA
+    if (plane.device.is_cuda()) {
+      detail::tv::forward_cuda(args);
+      continue;
+    }
+#endif
+    detail::tv::forward_cpu(args);
+  }
+}
+
+void plane_tv_backward(const TensorRef* planes, int num_levels, int num_tilts, PlaneTVNorm norm,
+                       const TensorRef& grad_out, const TensorRef* grad_planes, Stream stream) {
+  const char* op = kBackwardOp;
+  check_norm(op, norm);
+  check_planes(op, planes, num_levels, num_tilts, /*needs_data=*/true);
+  check_level_vector(op, "grad_out", grad_out, num_levels, planes[0]);
+  if (grad_planes == nullptr) fail(ErrorKind::Value, op, "expected grad_planes, but got null");
+  for (int l = 0; l < num_levels; ++l) {
+    const TensorRef& g = grad_planes[l];
+    const std::string arg = plane_arg("grad_planes", l);
+    const std::string input_arg = plane_arg("planes", l);
+    detail::check_storage(op, arg.c_str(), g);
+    detail::check_same_shape(op, arg.c_str(), g, input_arg.c_str(), planes[l]);
+    detail::check_same_device(op, arg.c_str(), g, input_arg.c_str(), planes[l]);
+    detail::check_dtype(op, arg.c_str(), g, planes[l].dtype, "the dtype of planes");
+    detail::check_no_repeated_elements(op, arg.c_str(), g);
+    detail::check_disjoint(op, arg.c_str(), g, "grad_out", grad_out);
+    for (int m = 0; m < num_levels; ++m) {
+      detail::check_disjoint(op, arg.c_str(), g, plane_arg("planes", m).c_str(), planes[m]);
+    }
+  }
+  for (int l = 0; l < num_levels; ++l) {
+    const TensorRef& plane = planes[l];
+    const TensorRef& grad = grad_planes[l];
+    const detail::tv::BackwardArgs args{
+        op,
+        Functional::SqAxes,
+        0.0,
+        detail::make_volume_view(plane, 2),
+        plane.data,
+        plane.dtype,
+        plane.device,
+        level_plan(plane, num_tilts, level_factor(planes, num_levels, l, norm)),
+        element(grad_out.data, grad_out.dtype, l * grad_out.strides[0]),
+        grad_out.dtype,
+        grad_out.strides[0],
+        detail::make_volume_view(grad, 2),
+        grad.data,
+        stream};
+#if FIELDFUSE_WITH_CUDA
+    if (plane.device.is_cuda()) {
+      detail::tv::backward_cuda(args);
+      continue;
+    }
+#endif
+    detail::tv::backward_cpu(args);
+  }
+}
+
+}  // namespace fieldfuse
