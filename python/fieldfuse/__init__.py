@@ -7,7 +7,11 @@ float64 oracles for every op live in ``fieldfuse.reference``.
 
 from __future__ import annotations
 
-from . import _C, reference
+# torch first: the GPU image's torch crashes while importing if our extension (and the OpenMP and
+# C++ runtimes it loads) is loaded before it.
+import torch  # noqa: F401  (import order, see above)
+
+from . import _C, nn, reference
 from .kplanes import kplanes, kplanes_tilted, kplanes_tilted_taps, kplanes_tilted_with_taps, plane_tv
 from .tv import tv_iso_3d, tv_l1_3d, tv_sq_3d, tv_weighted_l1
 
@@ -19,6 +23,7 @@ __all__ = [
     "kplanes_tilted",
     "kplanes_tilted_taps",
     "kplanes_tilted_with_taps",
+    "nn",
     "plane_tv",
     "reference",
     "tv_iso_3d",

@@ -22,8 +22,13 @@ using detail::kplanes::PointsView;
 using detail::kplanes::Problem;
 using detail::kplanes::Variant;
 
-constexpr const char* kForwardOp = "kplanes";
-constexpr const char* kBackwardOp = "kplanes_backward";
+/// The op names errors and profiler ranges use: the variant's public name.
+const char* forward_op(const KPlanesInputs& in) {
+  return in.variant == KPlanesVariant::Tilted ? "kplanes_tilted" : "kplanes";
+}
+const char* backward_op(const KPlanesInputs& in) {
+  return in.variant == KPlanesVariant::Tilted ? "kplanes_tilted_backward" : "kplanes_backward";
+}
 
 bool is_absent(const TensorRef& t) { return t.ndim == 0 && t.data == nullptr; }
 
@@ -126,6 +131,11 @@ Problem make_problem(const char* op, const KPlanesInputs& in, bool needs_data = 
       fail(ErrorKind::Value, op,
            "expected " + arg + " to have C, H, W >= 1, but got shape " + t.shape_str());
     }
+    if (t.sizes[2] >= (int64_t{1} << 31) || t.sizes[3] >= (int64_t{1} << 31)) {
+      fail(ErrorKind::NotImplemented, op,
+           "not implemented for plane sides of 2^31 or more cells, but " + arg + " has shape " +
+               t.shape_str());
+    }
     if (l == 0) {
       pb.plane_dtype = t.dtype;
       const bool same = t.dtype == pb.dtype;
@@ -201,12 +211,12 @@ std::string shape_text(int64_t a, int64_t b, int64_t c) {
 }  // namespace
 
 int64_t kplanes_num_features(const KPlanesInputs& inputs) {
-  return make_problem(kForwardOp, inputs, /*needs_data=*/false).num_features;
+  return make_problem(forward_op(inputs), inputs, /*needs_data=*/false).num_features;
 }
 
 void kplanes_forward(const KPlanesInputs& inputs, const TensorRef& features,
                      const TensorRef& tap_features, Stream stream) {
-  const char* op = kForwardOp;
+  const char* op = forward_op(inputs);
   const Problem pb = make_problem(op, inputs);
   const int64_t f = pb.num_features;
   check_feature_dtype(op, "features", features, pb);
@@ -273,8 +283,8 @@ void check_gradient(const char* op, const char* arg, const TensorRef& grad, cons
 
 std::size_t kplanes_backward_workspace_size(const KPlanesInputs& inputs,
                                             const KPlanesGradients& grads, bool deterministic) {
-  const Problem pb = make_problem(kBackwardOp, inputs, /*needs_data=*/false);
-  check_gradient_requests(kBackwardOp, pb, grads);
+  const Problem pb = make_problem(backward_op(inputs), inputs, /*needs_data=*/false);
+  check_gradient_requests(backward_op(inputs), pb, grads);
   return backward_workspace(pb, grads, deterministic);
 }
 
@@ -282,7 +292,7 @@ void kplanes_backward(const KPlanesInputs& inputs, const TensorRef& grad_feature
                       const TensorRef& grad_tap_features, const KPlanesGradients& grads,
                       bool deterministic, void* workspace, std::size_t workspace_bytes,
                       Stream stream) {
-  const char* op = kBackwardOp;
+  const char* op = backward_op(inputs);
   BackwardArgs args;
   args.problem = make_problem(op, inputs);
   Problem& pb = args.problem;

@@ -19,6 +19,11 @@ using cuda::compute_t;
 constexpr int kThreads = 128;
 /// Channels a thread handles per step: one 16-byte load of float32 channels-last corners.
 constexpr int kLanes = 4;
+#ifndef FIELDFUSE_KPLANES_MIN_BLOCKS
+#define FIELDFUSE_KPLANES_MIN_BLOCKS 1
+#endif
+/// Blocks per SM the hot kernels are compiled for (caps their registers).
+constexpr int kMinBlocks = FIELDFUSE_KPLANES_MIN_BLOCKS;
 /// Levels whose descriptors fit in one launch's parameters; more levels run in groups.
 constexpr int kMaxLevelsPerLaunch = 16;
 /// Sub-buffers of the workspace start on this boundary (CUB and vector accesses need 16).
@@ -109,7 +114,24 @@ __device__ FF_FORCE_INLINE void atomic_add4(double* p, const double (&v)[4]) {
   for (int j = 0; j < 4; ++j) atomicAdd(p + j, v[j]);
 }
 
-/// The corners of `lanes` channels starting at c0 on the three planes of tilt t:
+/// In-plane offset of cell (y, x) in 32 bits: the front guarantees every plane spans < 2^31
+/// elements (Note [lanes]), which halves the index arithmetic of the hot loops.
+__device__ FF_FORCE_INLINE int32_t cell_offset(const PlaneView& v, int64_t y, int64_t x) {
+  return static_cast<int32_t>(y) * static_cast<int32_t>(v.stride_y) +
+         static_cast<int32_t>(x) * static_cast<int32_t>(v.stride_x);
+}
+
+/// The four corner offsets of a tap within its plane, in BilinearTap::weights order.
+template <class T>
+__device__ FF_FORCE_INLINE void corner_offsets(const PlaneView& v, const BilinearTap<T>& tap,
+                                               int32_t (&at)[4]) {
+  at[0] = cell_offset(v, tap.y0, tap.x0);
+  at[1] = cell_offset(v, tap.y0, tap.x1);
+  at[2] = cell_offset(v, tap.y1, tap.x0);
+  at[3] = cell_offset(v, tap.y1, tap.x1);
+}
+
+/// The corners of kLanes channels starting at c0 on the three planes of tilt t:
 /// corners[j][p] for channel c0 + j (channels past C are left at 0 and never stored).
 template <class S, class T>
 __device__ FF_FORCE_INLINE void load_chunk(const S* plane, const PlaneView& v, bool vector, int t,
@@ -117,23 +139,24 @@ __device__ FF_FORCE_INLINE void load_chunk(const S* plane, const PlaneView& v, b
                                            Corners<T> (&corners)[kLanes][3]) {
 #pragma unroll
   for (int p = 0; p < 3; ++p) {
-    const BilinearTap<T>& tap = taps[p];
-    const int64_t k = 3 * t + p;
-    if (vector) {
-      const int64_t at[4] = {v.offset(k, c0, tap.y0, tap.x0), v.offset(k, c0, tap.y0, tap.x1),
-                             v.offset(k, c0, tap.y1, tap.x0), v.offset(k, c0, tap.y1, tap.x1)};
+    const S* base = plane + (3 * t + p) * v.stride_k + c0 * v.stride_c;
+    int32_t at[4];
+    corner_offsets(v, taps[p], at);
 #pragma unroll
-      for (int corner = 0; corner < 4; ++corner) {
+    for (int corner = 0; corner < 4; ++corner) {
+      if (vector) {
         T q[4];
-        load4(plane + at[corner], q);
+        load4(base + at[corner], q);
 #pragma unroll
         for (int j = 0; j < kLanes; ++j) corners[j][p].v[corner] = q[j];
-      }
-    } else {
+      } else {
 #pragma unroll
-      for (int j = 0; j < kLanes; ++j) {
-        corners[j][p] = c0 + j < v.channels ? load_corners(plane, v, k, c0 + j, tap)
-                                            : Corners<T>{{T(0), T(0), T(0), T(0)}};
+        for (int j = 0; j < kLanes; ++j) {
+          corners[j][p].v[corner] =
+              c0 + j < v.channels
+                  ? static_cast<T>(base[at[corner] + static_cast<int32_t>(j * v.stride_c)])
+                  : T(0);
+        }
       }
     }
   }
@@ -154,15 +177,37 @@ __device__ FF_FORCE_INLINE Position position_of(int64_t q, int64_t num_points) {
 
 // ---- forward -----------------------------------------------------------------------------------
 
+// Note [lanes]
+// A (slot, tilt) is owned by a group of `lanes` consecutive threads (a power of two <= 32, about
+// one per 4-channel chunk of the widest level): lane j handles chunks j, j + lanes, ... So a
+// group's loads of one corner are consecutive 16-byte pieces of one channels-last row (coalesced),
+// and its feature stores are consecutive. The backward sums the lanes' partial dr with a fixed
+// xor-shuffle butterfly, so the geometry gradients stay deterministic.
+
+struct LaneGroup {
+  int64_t slot;
+  int lane;
+  bool live;
+};
+
+/// The group of thread `i` of the flattened (slot, lane) range.
+__device__ FF_FORCE_INLINE LaneGroup lane_group(int64_t i, int lanes_log2, int64_t num_slots) {
+  const int64_t slot = i >> lanes_log2;
+  return {slot, static_cast<int>(i & ((int64_t{1} << lanes_log2) - 1)), slot < num_slots};
+}
+
 template <Variant V, class S, class O>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     forward_kernel(Geometry geo, const __grid_constant__ LevelTable table, O* __restrict__ features,
-                   O* __restrict__ tap_features, int64_t num_slots, int64_t num_features) {
+                   O* __restrict__ tap_features, int64_t num_slots, int64_t num_features,
+                   int lanes_log2) {
   using T = compute_t<S>;
-  const int64_t s = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (s >= num_slots) return;
+  const LaneGroup group =
+      lane_group(static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x, lanes_log2, num_slots);
+  if (!group.live) return;
+  const int64_t stride = int64_t{kLanes} << lanes_log2;  // channels per round of the group
   const int t = blockIdx.y;
-  const Slot slot = slot_of(s, geo.pts.rows);
+  const Slot slot = slot_of(group.slot, geo.pts.rows);
   T p[3], R[9];
   slot_point(geo, slot, p);
   rotation_of<V>(geo, t, R);
@@ -180,13 +225,14 @@ __global__ void __launch_bounds__(kThreads)
       plane_taps<V>(r, v.height, v.width, taps);
       const T gate = static_cast<T>(level.gate);
       O* out = row + level.column + t * v.channels;
-      for (int64_t c0 = 0; c0 < v.channels; c0 += kLanes) {
+      for (int64_t c0 = group.lane * kLanes; c0 < v.channels; c0 += stride) {
         Corners<T> corners[kLanes][3];
         load_chunk(plane, v, table.read_vector[l], t, c0, taps, corners);
 #pragma unroll
         for (int j = 0; j < kLanes; ++j) {
-          if (c0 + j < v.channels)
+          if (c0 + j < v.channels) {
             out[c0 + j] = static_cast<O>(channel_feature(taps, corners[j]) * gate);
+          }
         }
       }
     }
@@ -199,27 +245,49 @@ __global__ void __launch_bounds__(kThreads)
 template <class S>
 using accumulator_t = compute_t<S>;
 
+/// Sum of v over the `1 << lanes_log2` lanes of an aligned group, in a fixed butterfly order (every
+/// lane gets the total).
+template <class T>
+__device__ FF_FORCE_INLINE T group_sum(T v, int lanes_log2) {
+  for (int offset = 1; offset < (1 << lanes_log2); offset <<= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
 template <Variant V, class S, class G, bool kScatter>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     backward_kernel(Geometry geo, const __grid_constant__ LevelTable table,
                     MatrixView grad_features, MatrixView grad_tap_features,
                     compute_t<S>* __restrict__ point_partials,
-                    double* __restrict__ rotation_partials, int64_t num_slots) {
+                    double* __restrict__ rotation_partials, int64_t num_slots, int lanes_log2) {
   using T = compute_t<S>;
   using A = accumulator_t<S>;
-  const int64_t s = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  // A fixed grid walks the (slot, lane) range, so each block reduces its rotation gradient once
+  // for many slots; dead groups (past the last slot) still run the shuffles and the reduction.
+  const int64_t stride = int64_t{kLanes} << lanes_log2;
   const int t = blockIdx.y;
+  T R[9];
+  rotation_of<V>(geo, t, R);
+  const T h = static_cast<T>(geo.h);
   T dR[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-  if (s < num_slots) {
-    const Slot slot = slot_of(s, geo.pts.rows);
-    T p[3], R[9], dp[3] = {0, 0, 0};
-    slot_point(geo, slot, p);
-    rotation_of<V>(geo, t, R);
-    const T h = static_cast<T>(geo.h);
-    for (int tap = 0; tap < slot.num_positions; ++tap) {
+  const int64_t total = num_slots << lanes_log2;
+  const int64_t grid_stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads; first < total;
+       first += grid_stride) {
+    const LaneGroup group = lane_group(first + threadIdx.x, lanes_log2, num_slots);
+    const Slot slot = slot_of(group.live ? group.slot : 0, geo.pts.rows);
+    T p[3] = {0, 0, 0}, dp[3] = {0, 0, 0};
+    if (group.live) slot_point(geo, slot, p);
+    // The shuffles of group_sum need every lane of the warp, so the whole warp runs as many tap
+    // rounds as its busiest group (a warp can hold point slots, tap slots and dead groups).
+    const int positions = group.live ? slot.num_positions : 0;
+    const int warp_positions = __reduce_max_sync(0xffffffffu, positions);
+    for (int tap = 0; tap < warp_positions; ++tap) {
+      const bool active = tap < positions;
       T r[3], dr[3] = {0, 0, 0};
       tap_position<V>(R, p, tap, h, r);
-      for (int l = 0; l < table.count; ++l) {
+      for (int l = 0; l < (active ? table.count : 0); ++l) {
         const Level& level = table.levels[l];
         const PlaneView& v = level.view;
         const S* plane = static_cast<const S*>(level.data);
@@ -228,7 +296,7 @@ __global__ void __launch_bounds__(kThreads)
         const T gate = static_cast<T>(level.gate);
         const int64_t first_col = level.column + t * v.channels;
         T d_index_x[3] = {0, 0, 0}, d_index_y[3] = {0, 0, 0};
-        for (int64_t c0 = 0; c0 < v.channels; c0 += kLanes) {
+        for (int64_t c0 = group.lane * kLanes; c0 < v.channels; c0 += stride) {
           Corners<T> corners[kLanes][3];
           load_chunk(plane, v, table.read_vector[l], t, c0, taps, corners);
           T d_sample[kLanes][3];
@@ -252,12 +320,12 @@ __global__ void __launch_bounds__(kThreads)
               T share[kLanes][4];
 #pragma unroll
               for (int j = 0; j < kLanes; ++j) tap_q.scatter(d_sample[j][q], share[j]);
-              const int64_t k = 3 * t + q;
-              const int64_t ys[4] = {tap_q.y0, tap_q.y0, tap_q.y1, tap_q.y1};
-              const int64_t xs[4] = {tap_q.x0, tap_q.x1, tap_q.x0, tap_q.x1};
+              A* base = grad + (3 * t + q) * gv.stride_k + c0 * gv.stride_c;
+              int32_t at[4];
+              corner_offsets(gv, tap_q, at);
 #pragma unroll
               for (int corner = 0; corner < 4; ++corner) {
-                A* cell = grad + gv.offset(k, c0, ys[corner], xs[corner]);
+                A* cell = base + at[corner];
                 if (table.accumulate_vector[l]) {
                   const A v4[4] = {
                       static_cast<A>(share[0][corner]), static_cast<A>(share[1][corner]),
@@ -267,7 +335,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
                   for (int j = 0; j < kLanes; ++j) {
                     if (c0 + j < v.channels) {
-                      atomicAdd(cell + j * gv.stride_c, static_cast<A>(share[j][corner]));
+                      atomicAdd(cell + static_cast<int32_t>(j * gv.stride_c),
+                                static_cast<A>(share[j][corner]));
                     }
                   }
                 }
@@ -279,10 +348,14 @@ __global__ void __launch_bounds__(kThreads)
         rotated_point_gradient<V>(taps, d_index_x, d_index_y, dr_level);
         dr[0] += dr_level[0], dr[1] += dr_level[1], dr[2] += dr_level[2];
       }
-      accumulate_tap_gradient<V>(R, p, tap, h, dr, dR, dp);
+      dr[0] = group_sum(dr[0], lanes_log2);
+      dr[1] = group_sum(dr[1], lanes_log2);
+      dr[2] = group_sum(dr[2], lanes_log2);
+      // Every lane holds the group's dr; lane 0 alone accumulates it.
+      if (active && group.lane == 0) accumulate_tap_gradient<V>(R, p, tap, h, dr, dR, dp);
     }
-    if (point_partials != nullptr) {
-      T* out = point_partials + (static_cast<int64_t>(t) * num_slots + s) * 3;
+    if (point_partials != nullptr && group.live && group.lane == 0) {
+      T* out = point_partials + (static_cast<int64_t>(t) * num_slots + group.slot) * 3;
       out[0] = dp[0], out[1] = dp[1], out[2] = dp[2];
     }
   }
@@ -516,7 +589,28 @@ int64_t level_groups(const Problem& pb) {
   return (static_cast<int64_t>(pb.levels.size()) + kMaxLevelsPerLaunch - 1) / kMaxLevelsPerLaunch;
 }
 
-int64_t slot_blocks(const Problem& pb) { return cuda::ceil_div(pb.num_slots(), kThreads); }
+/// log2 of the lanes per (slot, tilt) group (Note [lanes]): one per 4-channel chunk of the widest
+/// level, rounded up to a power of two, at most a warp.
+int lanes_log2(const Problem& pb) {
+  int64_t chunks = 1;
+  for (const Level& level : pb.levels) {
+    chunks = std::max(chunks, cuda::ceil_div(level.view.channels, kLanes));
+  }
+  int log2 = 0;
+  while (log2 < 5 && (int64_t{1} << log2) < chunks) ++log2;
+  return log2;
+}
+
+int64_t slot_blocks(const Problem& pb) {
+  return cuda::ceil_div(pb.num_slots() << lanes_log2(pb), kThreads);
+}
+
+/// Blocks per tilt of the backward's fixed grid: enough to fill any current GPU several times
+/// over, few enough that the per-block rotation reductions are a small part of the work. Fixed,
+/// not derived from the device, so the reduction order (and the bits) do not depend on the GPU.
+constexpr int64_t kBackwardBlocks = 1024;
+
+int64_t backward_blocks(const Problem& pb) { return std::min(slot_blocks(pb), kBackwardBlocks); }
 
 template <class S>
 LevelTable level_table(const Problem& pb, int64_t group) {
@@ -560,7 +654,7 @@ BackwardBuffers backward_buffers(const Problem& pb, bool wants_points, bool want
     b.point_partials = carve.take<char>(groups * pb.num_tilts * slots * 3 * compute_size);
   }
   if (wants_rotations) {
-    b.rotation_partials = carve.take<double>(groups * pb.num_tilts * slot_blocks(pb) * 9);
+    b.rotation_partials = carve.take<double>(groups * pb.num_tilts * backward_blocks(pb) * 9);
   }
   const bool half = pb.plane_dtype == DType::Float16 || pb.plane_dtype == DType::BFloat16;
   if (wants_planes && !deterministic && half) {
@@ -626,6 +720,19 @@ void check_grid(const Problem& pb) {
     fail(ErrorKind::NotImplemented, pb.op,
          "not implemented for more than 65535 tilts, but got " + std::to_string(pb.num_tilts));
   }
+  // Note [lanes]: in-plane offsets are 32-bit (a level may still exceed 2^31 elements).
+  const auto span = [](const PlaneView& v) {
+    return (v.channels - 1) * v.stride_c + (v.height - 1) * v.stride_y +
+           (v.width - 1) * v.stride_x + 1;
+  };
+  for (const Level& level : pb.levels) {
+    const int64_t largest = std::max(span(level.view), level.grad ? span(level.grad_view) : 0);
+    if (largest >= (int64_t{1} << 31)) {
+      fail(ErrorKind::NotImplemented, pb.op,
+           "not implemented on CUDA for a single plane spanning 2^31 or more elements (got " +
+               std::to_string(largest) + ")");
+    }
+  }
   if (slot_blocks(pb) > cuda::kMaxGridX) {
     fail(ErrorKind::NotImplemented, pb.op, "not implemented for this many points");
   }
@@ -651,7 +758,7 @@ void forward_cuda(const Problem& pb, const ForwardOutputs& out, Stream stream_ha
           const LevelTable table = level_table<S>(pb, group);
           forward_kernel<V, S, O><<<grid, kThreads, 0, stream>>>(
               geo, table, static_cast<O*>(out.features), static_cast<O*>(out.tap_features),
-              pb.num_slots(), pb.num_features);
+              pb.num_slots(), pb.num_features, lanes_log2(pb));
           cuda::check_launch(pb.op, "forward_kernel", stream);
         }
       });
@@ -678,7 +785,7 @@ void backward_cuda(const BackwardArgs& a) {
   const BackwardBuffers buf = backward_buffers(pb, wants_points, wants_rotations, a.wants_planes,
                                                a.deterministic, a.workspace);
   const Geometry geo = geometry_of(pb);
-  const int64_t slots = pb.num_slots(), groups = level_groups(pb), blocks = slot_blocks(pb);
+  const int64_t slots = pb.num_slots(), groups = level_groups(pb), blocks = backward_blocks(pb);
   const bool scatter = a.wants_planes && !a.deterministic;
   const bool half = pb.plane_dtype == DType::Float16 || pb.plane_dtype == DType::BFloat16;
 
@@ -721,11 +828,13 @@ void backward_cuda(const BackwardArgs& a) {
                                     ? buf.rotation_partials + group * pb.num_tilts * blocks * 9
                                     : nullptr;
             if (scatter) {
-              backward_kernel<V, S, G, true><<<grid, kThreads, 0, stream>>>(
-                  geo, table, a.grad_features, a.grad_tap_features, points, rotations, slots);
+              backward_kernel<V, S, G, true>
+                  <<<grid, kThreads, 0, stream>>>(geo, table, a.grad_features, a.grad_tap_features,
+                                                  points, rotations, slots, lanes_log2(pb));
             } else {
-              backward_kernel<V, S, G, false><<<grid, kThreads, 0, stream>>>(
-                  geo, table, a.grad_features, a.grad_tap_features, points, rotations, slots);
+              backward_kernel<V, S, G, false>
+                  <<<grid, kThreads, 0, stream>>>(geo, table, a.grad_features, a.grad_tap_features,
+                                                  points, rotations, slots, lanes_log2(pb));
             }
             cuda::check_launch(pb.op, "backward_kernel", stream);
           }

@@ -68,7 +68,7 @@ FF_HOST_DEVICE FF_FORCE_INLINE AxisCoordinate<T> map_coordinate(T g, int64_t siz
 /// The two integer neighbours of a clamped index and the fraction between them.
 template <class T>
 struct AxisCorners {
-  int64_t i0, i1;  ///< floor(index) and min(i0 + 1, size − 1); both in [0, size − 1]
+  int32_t i0, i1;  ///< floor(index) and min(i0 + 1, size − 1); both in [0, size − 1]
   T t;             ///< index − i0 ∈ [0, 1), or NaN
 };
 
@@ -76,8 +76,10 @@ template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE AxisCorners<T> split_index(T index, int64_t size) {
   const T base = round_down(index);
   // `base >= 0` is false only for NaN (index is already clamped): it must not reach the cast.
-  const int64_t i0 = base >= T(0) ? static_cast<int64_t>(base) : int64_t(0);
-  const int64_t i1 = i0 + 1 < size ? i0 + 1 : size - 1;
+  // 32-bit corners (plane sides are < 2^31, checked by the front) keep the per-tap state small in
+  // the CUDA kernels' registers.
+  const int32_t i0 = base >= T(0) ? static_cast<int32_t>(base) : 0;
+  const int32_t i1 = i0 + 1 < size ? i0 + 1 : static_cast<int32_t>(size - 1);
   return {i0, i1, index - base};
 }
 
@@ -85,7 +87,7 @@ FF_HOST_DEVICE FF_FORCE_INLINE AxisCorners<T> split_index(T index, int64_t size)
 /// Built once per (point, plane) and reused for every channel.
 template <class T>
 struct BilinearTap {
-  int64_t x0, x1, y0, y1;  ///< column (x) and row (y) corners, always inside the plane
+  int32_t x0, x1, y0, y1;  ///< column (x) and row (y) corners, always inside the plane
   T tx, ty;                ///< fractions along x and y
   T sx, sy;                ///< ∂ix/∂gx and ∂iy/∂gy (Note [border clip])
 

@@ -213,8 +213,8 @@ TYPED_TEST(KPlanesMath, SampleMatchesNaive) {
     EXPECT_EQ(t.y0, static_cast<int64_t>(std::floor(iy)));
     EXPECT_EQ(t.tx, ix - std::floor(ix));
     EXPECT_EQ(t.ty, iy - std::floor(iy));
-    EXPECT_EQ(t.x1, std::min(t.x0 + 1, g.width - 1));
-    EXPECT_EQ(t.y1, std::min(t.y0 + 1, g.height - 1));
+    EXPECT_EQ(t.x1, std::min<int64_t>(t.x0 + 1, g.width - 1));
+    EXPECT_EQ(t.y1, std::min<int64_t>(t.y0 + 1, g.height - 1));
     EXPECT_NEAR(sample(t, g), naive_at_index(g, ix, iy), tolerance<T>()) << "trial " << trial;
   }
 }

@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`nn.Module`s over the fused fieldfuse ops: they hold parameters; the math lives in the ops.
+
+- :class:`KPlanesTilted`: tilted multiscale K-Planes density field with learnable rotations.
+- :class:`KPlanes`: the axis-aligned variant.
+- :func:`volume_tv_from_taps`: the volume-TV loss from the four finite-difference taps.
+- :func:`nearest_rotation`, :func:`quaternion_to_rotation`: the two rotation parameterisations.
+"""
+
+from __future__ import annotations
+
+from .kplanes import (
+    EXP_INPUT_MAX,
+    KPlanes,
+    KPlanesTilted,
+    default_rotations,
+    nearest_rotation,
+    quaternion_to_rotation,
+)
+from .losses import volume_tv_from_taps
+
+__all__ = [
+    "EXP_INPUT_MAX",
+    "KPlanes",
+    "KPlanesTilted",
+    "default_rotations",
+    "nearest_rotation",
+    "quaternion_to_rotation",
+    "volume_tv_from_taps",
+]
