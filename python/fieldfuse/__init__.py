@@ -12,7 +12,13 @@ from __future__ import annotations
 import torch  # noqa: F401  (import order, see above)
 
 from . import _C, nn, reference
-from .kplanes import kplanes, kplanes_tilted, kplanes_tilted_taps, kplanes_tilted_with_taps, plane_tv
+from .kplanes_ops import (
+    kplanes,
+    kplanes_tilted,
+    kplanes_tilted_taps,
+    kplanes_tilted_with_taps,
+    plane_tv,
+)
 from .tv import tv_iso_3d, tv_l1_3d, tv_sq_3d, tv_weighted_l1
 
 __version__ = _C.build_info()["version"]

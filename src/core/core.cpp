@@ -82,6 +82,8 @@ int64_t TensorRef::numel() const {
 }
 
 bool TensorRef::is_contiguous() const {
+  // As in PyTorch, a tensor without elements is contiguous whatever its strides.
+  if (numel() == 0) return true;
   int64_t expected = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     if (sizes[i] != 1 && strides[i] != expected) return false;

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """K-Planes density fields as `nn.Module`s: learnable planes (and rotations), a decoder, TV helpers.
 
-The modules only hold parameters and call the fused ops of :mod:`fieldfuse.kplanes`; the math of
+The modules only hold parameters and call the fused ops of :mod:`fieldfuse.kplanes_ops`; the math of
 the features lives there (contract: specs/kplanes.md). A field maps points ``[B, 3]`` in
 [−1, 1]³ to densities ``[B, out_features]``::
 
@@ -32,11 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# Imported by name: the package attribute `fieldfuse.kplanes` is the function, which shadows the
-# submodule of the same name.
-from ..kplanes import kplanes as _kplanes
-from ..kplanes import kplanes_tilted, kplanes_tilted_taps, kplanes_tilted_with_taps
-from ..kplanes import plane_tv as _plane_tv
+from ..kplanes_ops import kplanes as _kplanes
+from ..kplanes_ops import kplanes_tilted, kplanes_tilted_taps, kplanes_tilted_with_taps
+from ..kplanes_ops import plane_tv as _plane_tv
 from .losses import volume_tv_from_taps
 
 __all__ = [

@@ -231,7 +231,8 @@ def _gates(op: str, gates, num_levels: int) -> list[float] | None:
     values = float_list(op, "gates", gates)
     if len(values) != num_levels:
         raise ValueError(
-            f"{op}(): expected one gate per level ({num_levels}), but got {len(values)}"
+            f"{op}(): expected gates to have one entry per level ({num_levels}), but got "
+            f"{len(values)}"
         )
     return values
 
@@ -333,7 +334,11 @@ def kplanes_tilted_taps(
     ``R(p + h·e_i) = R·p + h·R[:, i]``. Gradients reach points, rotations (including the
     ``h·R[:, i]`` term) and planes; h is a constant.
     """
-    check_tensor("kplanes_tilted_taps", "pts", pts)
+    op = "kplanes_tilted_taps"
+    check_tensor(op, "pts", pts)
+    # pts travels as the op's tap points; check its shape here so the message names it.
+    if pts.dim() != 2 or pts.shape[1] != 3:
+        raise ValueError(f"{op}(): expected pts to have shape [B, 3], but got shape {list(pts.shape)}")
     no_points = pts.new_empty((0, 3))
     return _run("kplanes_tilted_taps", no_points, pts, rotations, planes, gates, h,
                 features_dtype, deterministic)[1]
