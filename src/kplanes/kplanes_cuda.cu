@@ -19,11 +19,10 @@ using cuda::compute_t;
 constexpr int kThreads = 128;
 /// Channels a thread handles per step: one 16-byte load of float32 channels-last corners.
 constexpr int kLanes = 4;
-#ifndef FIELDFUSE_KPLANES_MIN_BLOCKS
-#define FIELDFUSE_KPLANES_MIN_BLOCKS 1
-#endif
-/// Blocks per SM the hot kernels are compiled for (caps their registers).
-constexpr int kMinBlocks = FIELDFUSE_KPLANES_MIN_BLOCKS;
+/// Blocks per SM the hot kernels are compiled for. Capping registers for 3 or 4 resident blocks
+/// (H200, tomography config) made fwd+bwd 18% slower (spills, or more L2 contention), so the
+/// compiler's choice stands.
+constexpr int kMinBlocks = 1;
 /// Levels whose descriptors fit in one launch's parameters; more levels run in groups.
 constexpr int kMaxLevelsPerLaunch = 16;
 /// Sub-buffers of the workspace start on this boundary (CUB and vector accesses need 16).
@@ -435,11 +434,14 @@ __global__ void round_gradient_kernel(const float* __restrict__ acc, PlaneView a
 // Note [deterministic gather]
 // An entry is one (position, plane) pair of a level: its bilinear tap has a base cell (y0, x0).
 // Entries are sorted by (plane, base cell) with a stable radix sort of their index, so each base
-// cell's entries form a run in position order. A thread then owns one cell (and 4 channels) of the
-// gradient and adds, in a fixed order, the shares of the runs of the four base cells whose taps can
-// reach it: (y−1, x−1), (y−1, x), (y, x−1), (y, x). It recomputes each entry's samples rather than
-// storing them (storing C values per entry would cost more memory than the planes). Every cell is
-// written, so nothing is zero-filled, and the result has the same bits on every run.
+// cell's entries form a run in position order. A thread then owns one run (and 4 channels): it
+// recomputes each entry's samples once (storing C values per entry would cost more memory than the
+// planes) and sums its four corner shares, in run order, into four partials — one per corner, each
+// bound for a fixed neighbour of the base cell: (y0, x0), (y0, x0+1), (y0+1, x0), (y0+1, x0+1).
+// Where the border makes corners coincide (x0 = W−1 or y0 = H−1) the shares fold into the corner
+// that exists, in corner order. A second kernel gives each cell the sum of the four partials bound
+// for it, in a fixed order. Every cell is written, so nothing is zero-filled, and the result has
+// the same bits on every run.
 
 template <Variant V, class S>
 __global__ void entry_keys_kernel(Geometry geo, const __grid_constant__ LevelTable table, int level,
@@ -479,65 +481,92 @@ __global__ void run_starts_kernel(const uint32_t* __restrict__ sorted_keys, int6
 
 template <Variant V, class S, class G>
 __global__ void __launch_bounds__(kThreads)
-    gather_kernel(Geometry geo, const __grid_constant__ LevelTable table, int level,
-                  MatrixView grad_features, MatrixView grad_tap_features,
-                  const uint32_t* __restrict__ sorted_entries,
-                  const uint32_t* __restrict__ run_start, int64_t chunks) {
+    run_partials_kernel(Geometry geo, const __grid_constant__ LevelTable table, int level,
+                        MatrixView grad_features, MatrixView grad_tap_features,
+                        const uint32_t* __restrict__ sorted_entries,
+                        const uint32_t* __restrict__ run_start, int64_t chunks,
+                        compute_t<S>* __restrict__ partials) {
   using T = compute_t<S>;
   const Level& lv = table.levels[level];
   const PlaneView& v = lv.view;
-  const int64_t cells = v.planes * v.height * v.width;
+  const int64_t keys = v.planes * v.height * v.width;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (item >= cells * chunks) return;
+  if (item >= keys * chunks) return;
   const int64_t c0 = (item % chunks) * kLanes;
-  const int64_t cell = item / chunks;  // (k, y, x)
-  const int64_t x = cell % v.width, y = (cell / v.width) % v.height;
-  const int64_t k = cell / (v.width * v.height);
+  const int64_t key = item / chunks;  // (k, y0, x0)
+  const int64_t x0 = key % v.width, y0 = (key / v.width) % v.height;
+  const int64_t k = key / (v.width * v.height);
   const int t = static_cast<int>(k / 3), own = static_cast<int>(k % 3);
-  const int64_t planes = v.planes;
+  // Where each corner's share goes: its own partial, or (at the border) the coinciding corner's.
+  const bool has_x1 = x0 + 1 < v.width, has_y1 = y0 + 1 < v.height;
+  const int slot[4] = {0, has_x1 ? 1 : 0, has_y1 ? 2 : 0,
+                       has_y1 ? (has_x1 ? 3 : 2) : (has_x1 ? 1 : 0)};
   const S* plane = static_cast<const S*>(lv.data);
   const T gate = static_cast<T>(lv.gate);
   const T h = static_cast<T>(geo.h);
   T R[9];
   rotation_of<V>(geo, t, R);
-  T acc[kLanes] = {0, 0, 0, 0};
-  for (int dy = -1; dy <= 0; ++dy) {
-    for (int dx = -1; dx <= 0; ++dx) {
-      if (y + dy < 0 || x + dx < 0) continue;
-      const int64_t key = (k * v.height + y + dy) * v.width + x + dx;
-      const uint32_t end = run_start[key + 1];
-      for (uint32_t i = run_start[key]; i < end; ++i) {
-        const int64_t q = sorted_entries[i] / planes;
-        const Position pos = position_of(q, geo.pts.rows);
-        T p[3], r[3];
-        slot_point(geo, pos.slot, p);
-        tap_position<V>(R, p, pos.tap, h, r);
-        BilinearTap<T> taps[3];
-        plane_taps<V>(r, v.height, v.width, taps);
-        Corners<T> corners[kLanes][3];
-        load_chunk(plane, v, table.read_vector[level], t, c0, taps, corners);
-        const int64_t first_col = lv.column + t * v.channels + c0;
+  T acc[4][kLanes] = {};
+  const uint32_t end = run_start[key + 1];
+  for (uint32_t i = run_start[key]; i < end; ++i) {
+    const Position pos = position_of(sorted_entries[i] / v.planes, geo.pts.rows);
+    T p[3], r[3];
+    slot_point(geo, pos.slot, p);
+    tap_position<V>(R, p, pos.tap, h, r);
+    BilinearTap<T> taps[3];
+    plane_taps<V>(r, v.height, v.width, taps);
+    Corners<T> corners[kLanes][3];
+    load_chunk(plane, v, table.read_vector[level], t, c0, taps, corners);
+    const int64_t first_col = lv.column + t * v.channels + c0;
 #pragma unroll
-        for (int j = 0; j < kLanes; ++j) {
-          if (c0 + j >= v.channels) continue;
-          const T g =
-              (pos.slot.is_tap_point
-                   ? matrix_at<T, G>(grad_tap_features, pos.tap, pos.slot.row, first_col + j)
-                   : matrix_at<T, G>(grad_features, 0, pos.slot.row, first_col + j)) *
-              gate;
-          T d_sample[3], unused_x[3] = {0, 0, 0}, unused_y[3] = {0, 0, 0};
-          channel_backward(taps, corners[j], g, d_sample, unused_x, unused_y);
-          acc[j] += gathered_share(taps[own], d_sample[own], y, x);
+    for (int j = 0; j < kLanes; ++j) {
+      if (c0 + j >= v.channels) continue;
+      const T g = (pos.slot.is_tap_point
+                       ? matrix_at<T, G>(grad_tap_features, pos.tap, pos.slot.row, first_col + j)
+                       : matrix_at<T, G>(grad_features, 0, pos.slot.row, first_col + j)) *
+                  gate;
+      T d_sample[3], unused_x[3] = {0, 0, 0}, unused_y[3] = {0, 0, 0};
+      channel_backward(taps, corners[j], g, d_sample, unused_x, unused_y);
+      T share[4];
+      taps[own].scatter(d_sample[own], share);
+#pragma unroll
+      for (int corner = 0; corner < 4; ++corner) {
+        // Selects, not acc[slot[corner]][j]: a runtime index would put acc in local memory.
+#pragma unroll
+        for (int target = 0; target < 4; ++target) {
+          if (slot[corner] == target) acc[target][j] += share[corner];
         }
       }
     }
   }
-  S* grad = static_cast<S*>(lv.grad);
-  const PlaneView& gv = lv.grad_view;
 #pragma unroll
-  for (int j = 0; j < kLanes; ++j) {
-    if (c0 + j < v.channels) grad[gv.offset(k, c0 + j, y, x)] = static_cast<S>(acc[j]);
+  for (int corner = 0; corner < 4; ++corner) {
+#pragma unroll
+    for (int j = 0; j < kLanes; ++j) {
+      if (c0 + j < v.channels)
+        partials[(corner * keys + key) * v.channels + c0 + j] = acc[corner][j];
+    }
   }
+}
+
+/// grad(k, c, y, x) = the four partials bound for (y, x) (Note [deterministic gather]), added in
+/// corner order.
+template <class S>
+__global__ void combine_partials_kernel(const compute_t<S>* __restrict__ partials, PlaneView v,
+                                        S* __restrict__ grad, PlaneView gv) {
+  const int64_t keys = v.planes * v.height * v.width;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= keys * v.channels) return;
+  const int64_t c = item % v.channels, key = item / v.channels;
+  const int64_t x = key % v.width, y = (key / v.width) % v.height, k = key / (v.width * v.height);
+  const auto at = [&](int corner, int64_t base) {
+    return partials[(corner * keys + base) * v.channels + c];
+  };
+  compute_t<S> sum = at(0, key);
+  if (x > 0) sum += at(1, key - 1);
+  if (y > 0) sum += at(2, key - v.width);
+  if (x > 0 && y > 0) sum += at(3, key - v.width - 1);
+  grad[gv.offset(k, c, y, x)] = static_cast<S>(sum);
 }
 
 // ---- host side ---------------------------------------------------------------------------------
@@ -633,6 +662,7 @@ struct BackwardBuffers {
   float* accumulators = nullptr;        // 16-bit planes: Σ_l numel, channels-last per level
   uint32_t *keys = nullptr, *sorted_keys = nullptr, *entries = nullptr, *sorted_entries = nullptr;
   uint32_t* run_start = nullptr;
+  void* run_partials = nullptr;  // [4, keys, C] compute type (Note [deterministic gather])
   void* sort_scratch = nullptr;
   std::size_t sort_scratch_bytes = 0;
   std::size_t bytes = 0;
@@ -663,10 +693,12 @@ BackwardBuffers backward_buffers(const Problem& pb, bool wants_points, bool want
     b.accumulators = carve.take<float>(total);
   }
   if (wants_planes && deterministic) {
-    int64_t max_entries = 0, max_keys = 0;
+    int64_t max_entries = 0, max_keys = 0, max_cells = 0;
     for (const Level& level : pb.levels) {
-      max_entries = std::max(max_entries, pb.num_positions() * level.view.planes);
-      max_keys = std::max(max_keys, level.view.planes * level.view.height * level.view.width);
+      const PlaneView& v = level.view;
+      max_entries = std::max(max_entries, pb.num_positions() * v.planes);
+      max_keys = std::max(max_keys, v.planes * v.height * v.width);
+      max_cells = std::max(max_cells, v.numel());
     }
     if (max_entries >= (int64_t{1} << 32) || max_keys >= (int64_t{1} << 32) - 1) {
       fail(ErrorKind::NotImplemented, pb.op,
@@ -680,6 +712,9 @@ BackwardBuffers backward_buffers(const Problem& pb, bool wants_points, bool want
     b.entries = carve.take<uint32_t>(max_entries);
     b.sorted_entries = carve.take<uint32_t>(max_entries);
     b.run_start = carve.take<uint32_t>(max_keys + 1);
+    const std::size_t compute_bytes =
+        pb.plane_dtype == DType::Float64 ? sizeof(double) : sizeof(float);
+    b.run_partials = carve.take<char>(4 * max_cells * compute_bytes);
     std::size_t scratch = 0;
     cuda::check(
         cub::DeviceRadixSort::SortPairs(nullptr, scratch, b.keys, b.sorted_keys, b.entries,
@@ -893,11 +928,16 @@ void backward_cuda(const BackwardArgs& a) {
                                 stream>>>(buf.sorted_keys, entries, keys, buf.run_start);
             cuda::check_launch(pb.op, "run_starts_kernel", stream);
             const int64_t chunks = cuda::ceil_div(v.channels, kLanes);
-            gather_kernel<V, S, G><<<static_cast<unsigned>(cuda::ceil_div(keys * chunks, kThreads)),
-                                     kThreads, 0, stream>>>(geo, table, level, a.grad_features,
-                                                            a.grad_tap_features, buf.sorted_entries,
-                                                            buf.run_start, chunks);
-            cuda::check_launch(pb.op, "gather_kernel", stream);
+            auto* partials = static_cast<T*>(buf.run_partials);
+            run_partials_kernel<V, S, G>
+                <<<static_cast<unsigned>(cuda::ceil_div(keys * chunks, kThreads)), kThreads, 0,
+                   stream>>>(geo, table, level, a.grad_features, a.grad_tap_features,
+                             buf.sorted_entries, buf.run_start, chunks, partials);
+            cuda::check_launch(pb.op, "run_partials_kernel", stream);
+            combine_partials_kernel<S>
+                <<<static_cast<unsigned>(cuda::ceil_div(keys * v.channels, 256)), 256, 0, stream>>>(
+                    partials, v, static_cast<S*>(pb.levels[l].grad), pb.levels[l].grad_view);
+            cuda::check_launch(pb.op, "combine_partials_kernel", stream);
           }
         }
       });

@@ -333,22 +333,6 @@ FF_HOST_DEVICE FF_FORCE_INLINE void rotated_point_gradient(const BilinearTap<T> 
   assemble_point_gradient<V>(dgx, dgy, dr);
 }
 
-/// The share of ∂L/∂s that a tap scatters into cell (y, x): the sum of grad·w_k over the corners k
-/// that are that cell (several where corners coincide at the border), in corner order. The gather
-/// form of BilinearTap::scatter, for drivers that sum per cell instead of scattering.
-template <class T>
-FF_HOST_DEVICE FF_FORCE_INLINE T gathered_share(const BilinearTap<T>& tap, T grad, int64_t y,
-                                                int64_t x) {
-  T w[4];
-  tap.weights(w);
-  T share = T(0);
-  if (tap.y0 == y && tap.x0 == x) share += grad * w[0];
-  if (tap.y0 == y && tap.x1 == x) share += grad * w[1];
-  if (tap.y1 == y && tap.x0 == x) share += grad * w[2];
-  if (tap.y1 == y && tap.x1 == x) share += grad * w[3];
-  return share;
-}
-
 // ---- sample positions --------------------------------------------------------------------------
 
 /// The number of positions a sample slot evaluates: 1 for a point, 4 for a volume-TV tap point
