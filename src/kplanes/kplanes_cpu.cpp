@@ -17,23 +17,9 @@ namespace {
 /// Slots per rotation-gradient partial: fixed, so the summation order never depends on threads.
 constexpr int64_t kSlotsPerChunk = 64;
 
-/// Calls `f(std::integral_constant-like)` with the variant as a template argument.
-template <class F>
-void visit_variant(Variant v, const F& f) {
-  if (v == Variant::kTilted) {
-    f(std::integral_constant<Variant, Variant::kTilted>{});
-  } else {
-    f(std::integral_constant<Variant, Variant::kAxisAligned>{});
-  }
-}
-
-template <class T>
+template <Variant V, class T>
 void rotation_of(const Problem& pb, int t, T (&R)[9]) {
-  if (pb.variant == Variant::kTilted) {
-    load_rotation(pb.rotations, pb.rotation_strides, t, R);
-  } else {
-    for (int i = 0; i < 9; ++i) R[i] = (i % 4 == 0) ? T(1) : T(0);
-  }
+  rotation_or_identity<V>(pb.rotations, pb.rotation_strides, t, R);
 }
 
 template <class T>
@@ -59,7 +45,7 @@ void forward_typed(const Problem& pb, const ForwardOutputs& out) {
                                  : features + slot.row * f;
       for (int t = 0; t < pb.num_tilts; ++t) {
         T R[9], r[3];
-        rotation_of(pb, t, R);
+        rotation_of<V>(pb, t, R);
         tap_position<V>(R, p, tap, h, r);
         for (const Level& level : pb.levels) {
           const PlaneView& v = level.view;
@@ -130,7 +116,7 @@ void geometry_backward(const BackwardArgs& a) {
       slot_point(pb, slot, p);
       for (int t = 0; t < tilts; ++t) {
         T R[9], dR[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-        rotation_of(pb, t, R);
+        rotation_of<V>(pb, t, R);
         for (int tap = 0; tap < slot.num_positions; ++tap) {
           T r[3], dr[3] = {0, 0, 0};
           tap_position<V>(R, p, tap, h, r);
@@ -193,7 +179,7 @@ void plane_backward(const BackwardArgs& a) {
       }
     };
     T R[9];
-    rotation_of(pb, t, R);
+    rotation_of<V>(pb, t, R);
     for (int64_t s = 0; s < pb.num_slots(); ++s) {
       const Slot slot = slot_of(s, pb.pts.rows);
       T p[3];

@@ -64,12 +64,7 @@ Geometry geometry_of(const Problem& pb) {
 
 template <Variant V, class T>
 __device__ FF_FORCE_INLINE void rotation_of(const Geometry& geo, int t, T (&R)[9]) {
-  if (V == Variant::kTilted) {
-    load_rotation(geo.rotations, geo.rotation_strides, t, R);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 9; ++i) R[i] = (i % 4 == 0) ? T(1) : T(0);
-  }
+  rotation_or_identity<V>(geo.rotations, geo.rotation_strides, t, R);
 }
 
 template <class T>
@@ -725,15 +720,6 @@ BackwardBuffers backward_buffers(const Problem& pb, bool wants_points, bool want
   }
   b.bytes = carve.bytes();
   return b;
-}
-
-template <class F>
-void visit_variant(Variant v, const F& f) {
-  if (v == Variant::kTilted) {
-    f(std::integral_constant<Variant, Variant::kTilted>{});
-  } else {
-    f(std::integral_constant<Variant, Variant::kAxisAligned>{});
-  }
 }
 
 /// Calls f(TypeTag<O>) for an output (or upstream gradient) dtype: the compute type or S.

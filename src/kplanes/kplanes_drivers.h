@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/macros.h"
@@ -115,6 +116,28 @@ FF_HOST_DEVICE FF_FORCE_INLINE void load_rotation(const void* data, const int64_
   const T* base = static_cast<const T*>(data) + t * strides[0];
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j) R[3 * i + j] = base[i * strides[1] + j * strides[2]];
+}
+
+/// Rotation t (tilted), or the identity (axis-aligned: its planes read the point itself).
+template <Variant V, class T>
+FF_HOST_DEVICE FF_FORCE_INLINE void rotation_or_identity(const void* data,
+                                                         const int64_t (&strides)[3], int64_t t,
+                                                         T (&R)[9]) {
+  if (V == Variant::kTilted) {
+    load_rotation(data, strides, t, R);
+  } else {
+    for (int i = 0; i < 9; ++i) R[i] = (i % 4 == 0) ? T(1) : T(0);
+  }
+}
+
+/// Calls `f(std::integral_constant<Variant, v>{})`, so drivers get the variant at compile time.
+template <class F>
+void visit_variant(Variant v, const F& f) {
+  if (v == Variant::kTilted) {
+    f(std::integral_constant<Variant, Variant::kTilted>{});
+  } else {
+    f(std::integral_constant<Variant, Variant::kAxisAligned>{});
+  }
 }
 
 /// The four corners of channel c of plane k under `tap`, converted to the compute type.
