@@ -19,6 +19,16 @@ from .kplanes_ops import (
     kplanes_tilted_with_taps,
     plane_tv,
 )
+from .render import (
+    RenderOutput,
+    line_integral,
+    parallel_beam_rays,
+    ray_box_samples,
+    ray_box_samples_padded,
+    tilt_rotations,
+    volume_render,
+    volume_render_alpha,
+)
 from .tv import tv_iso_3d, tv_l1_3d, tv_sq_3d, tv_weighted_l1
 
 __version__ = _C.build_info()["version"]
@@ -31,6 +41,14 @@ __all__ = [
     "kplanes_tilted_with_taps",
     "nn",
     "plane_tv",
+    "RenderOutput",
+    "line_integral",
+    "parallel_beam_rays",
+    "ray_box_samples",
+    "ray_box_samples_padded",
+    "tilt_rotations",
+    "volume_render",
+    "volume_render_alpha",
     "reference",
     "tv_iso_3d",
     "tv_l1_3d",

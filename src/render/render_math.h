@@ -17,10 +17,11 @@ namespace fieldfuse::detail::render {
 // transmittance, before the first sample):
 //   a_s = 1 − exp(−σ_s δ_s),  w_s = a_s·T,  T ← T·(1 − a_s),
 // and the ray stops after the first sample whose updated T is ≤ the threshold (that sample is
-// composited and counted). The factor (1 − a_s) is formed as exp(−σ_s δ_s) and a_s as
-// −expm1(−σ_s δ_s), not by subtracting from 1: for small optical depths 1 − exp(x) loses all
-// digits of a_s, and the two are each accurate to rounding this way. σ = ∞ gives a = 1 and stops
-// the ray. The alpha-input variant takes a_s directly (factor 1 − a_s, exact for a = 1).
+// composited and counted); a ray that starts at or below the threshold composites nothing. The
+// factor (1 − a_s) is formed as exp(−σ_s δ_s) and a_s as −expm1(−σ_s δ_s), not by subtracting from
+// 1: for small optical depths 1 − exp(x) loses all digits of a_s, and the two are each accurate to
+// rounding this way. σ = ∞ gives a = 1 and stops the ray. The alpha-input variant takes a_s
+// directly (factor 1 − a_s, exact for a = 1).
 
 // Float and double overloads, so nvcc and g++ both pick the type-exact function.
 FF_HOST_DEVICE FF_FORCE_INLINE float exponential(float x) { return expf(x); }
@@ -106,26 +107,28 @@ template <class T>
 struct BoxSpan {
   T enter, exit;
   bool hit;
+  int entry_axis, exit_axis;  ///< the slabs that set t_enter and t_exit (the first on ties)
 };
 
-/// Slab method. An axis with |d| < eps constrains nothing if |o| ≤ 1 and misses otherwise. A ray
+/// Slab method. An axis with |d| <= eps constrains nothing if |o| ≤ 1 and misses otherwise. A ray
 /// that only touches the box (t_exit ≤ t_enter: a corner or an edge grazed from outside) misses.
 template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE BoxSpan<T> intersect_box(const T (&o)[3], const T (&d)[3]) {
   T enter = -static_cast<T>(INFINITY), exit = static_cast<T>(INFINITY);
   bool inside = true;
+  int entry_axis = -1, exit_axis = -1;
   for (int axis = 0; axis < 3; ++axis) {
     const T oa = o[axis], da = d[axis];
-    if (magnitude(da) < T(kParallelEps)) {
+    if (magnitude(da) <= T(kParallelEps)) {
       inside = inside && magnitude(oa) <= T(1);
       continue;
     }
     const T t1 = (T(-1) - oa) / da, t2 = (T(1) - oa) / da;
     const T near = t1 < t2 ? t1 : t2, far = t1 < t2 ? t2 : t1;
-    enter = near > enter ? near : enter;
-    exit = far < exit ? far : exit;
+    if (near > enter) enter = near, entry_axis = axis;
+    if (far < exit) exit = far, exit_axis = axis;
   }
-  return {enter, exit, inside && exit > enter};
+  return {enter, exit, inside && exit > enter, entry_axis, exit_axis};
 }
 
 /// Samples of a span of length `length` at step `ds`: ceil(length/ds) + 1, at least 2.

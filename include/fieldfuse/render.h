@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ray integration (the `render` family): emission-absorption volume rendering, X-ray line
+// integrals and parallel-beam ray-box sampling, on packed rays.
+//
+// Contracts follow specs/render.md. Rays are packed: the samples of ray r occupy
+// [offsets[r], offsets[r+1]) of every per-sample tensor; `offsets [R+1]` is int64 with
+// offsets[0] = 0, offsets[R] = N and non-decreasing entries (empty rays allowed). Offsets are read
+// on the device and validated there only as far as memory safety needs (a sample index outside
+// [0, N) is clamped away); the Python layer checks them fully before the first call.
+//
+// Common to every function here:
+// - dtypes: float32 and float64 on CPU and CUDA; float16 and bfloat16 per-sample inputs on CUDA,
+//   accumulated in float64 along each ray (float32 and float64 inputs are too), outputs in the
+//   input dtype.
+// - layout: every tensor is read and written through its strides (no copies).
+// - determinism: each ray is reduced by one thread in sample order; nothing uses atomics, so the
+//   same input gives the same bits on every call.
+// - outputs are fully written (never accumulated into); a gradient or output passed absent
+//   (default-constructed TensorRef) is not computed, and neither is the work only it needs.
+#pragma once
+
+#include "fieldfuse/core.h"
+
+namespace fieldfuse {
+
+// ---------------------------------------------------------------------------------------------
+// volume_render: front-to-back emission-absorption compositing with early termination
+// ---------------------------------------------------------------------------------------------
+// Per ray, with T = 1 (or prefix_transmittance[r]):
+//   a = 1 − exp(−σ·δ) (alpha_input: a = α);  w = a·T;  rgb += w·rgb_s;  depth += w·t_s;
+//   opacity += w;  weights[s] = w;  T ← T·(1 − a);  stop after the first sample with T <= thresh
+// (that sample is composited and counted in total_samples); a ray whose starting T is already
+// <= thresh composites nothing (so chunked marching equals one pass). Then rgb += T·background.
+// Weights past termination are 0. An empty ray gives rgb = T·background, zero depth and opacity.
+
+struct VolumeRenderInputs {
+  TensorRef sigmas;          ///< [N] densities, or opacities in [0, 1] with `alpha_input`
+  bool alpha_input = false;  ///< sigmas holds α; delta_ts is then unused and may be absent
+  TensorRef rgbs;            ///< [N, C], C >= 1
+  TensorRef delta_ts;        ///< [N]
+  TensorRef ts;              ///< [N] sample depths; needed only for the depth output
+  TensorRef offsets;         ///< [R + 1] int64
+  double transmittance_thresh = 0.0;  ///< in [0, 1)
+  TensorRef background;               ///< absent, [C] or [R, C]
+  TensorRef prefix_transmittance;     ///< absent or [R] (chunked marching)
+};
+
+/// Outputs; `rgb` is required, the others are computed only when present.
+struct VolumeRenderOutputs {
+  TensorRef rgb;            ///< [R, C]
+  TensorRef opacity;        ///< [R] Σ w
+  TensorRef depth;          ///< [R] Σ w·t (not divided by the opacity)
+  TensorRef weights;        ///< [N]
+  TensorRef total_samples;  ///< [R] int64
+  TensorRef transmittance;  ///< [R] the final T
+};
+
+void volume_render_forward(const VolumeRenderInputs& inputs, const VolumeRenderOutputs& outputs,
+                           Stream stream = {});
+
+/// Upstream gradients (absent = zero) and the gradients to compute (absent = skipped).
+/// The backward is exact and stable on long opaque rays (see Note [stable backward] in
+/// src/render/render_math.h); samples past termination get exactly zero gradient.
+struct VolumeRenderGradients {
+  TensorRef grad_rgb;            ///< [R, C] (required)
+  TensorRef grad_opacity;        ///< [R]
+  TensorRef grad_depth;          ///< [R]
+  TensorRef grad_weights;        ///< [N]
+  TensorRef grad_transmittance;  ///< [R]
+
+  TensorRef grad_sigmas;                ///< [N] (∂L/∂α with alpha_input)
+  TensorRef grad_rgbs;                  ///< [N, C]
+  TensorRef grad_delta_ts;              ///< [N]
+  TensorRef grad_ts;                    ///< [N]
+  TensorRef grad_background;            ///< [R, C] per ray (sum over rays for a [C] background)
+  TensorRef grad_prefix_transmittance;  ///< [R]
+};
+
+void volume_render_backward(const VolumeRenderInputs& inputs, const VolumeRenderGradients& grads,
+                            Stream stream = {});
+
+// ---------------------------------------------------------------------------------------------
+// line_integral: P_r = Σ_{s ∈ r} v_s·δ_s  (X-ray projection)
+// ---------------------------------------------------------------------------------------------
+
+/// `values [N]` or `[N, C]`, `delta_ts [N]`, `out [R]` or `[R, C]` (matching values).
+void line_integral_forward(const TensorRef& values, const TensorRef& delta_ts,
+                           const TensorRef& offsets, const TensorRef& out, Stream stream = {});
+
+/// grad_values[s] = δ_s·grad_out[r], grad_delta_ts[s] = Σ_c v_s,c·grad_out[r, c]; either may be
+/// absent.
+void line_integral_backward(const TensorRef& values, const TensorRef& delta_ts,
+                            const TensorRef& offsets, const TensorRef& grad_out,
+                            const TensorRef& grad_values, const TensorRef& grad_delta_ts,
+                            Stream stream = {});
+
+// ---------------------------------------------------------------------------------------------
+// ray_box_samples: uniform samples of rays through the box [−1, 1]³
+// ---------------------------------------------------------------------------------------------
+// For ray r = o + t·d: the slab intersection [t_in, t_out] (parallel within 1e-8 of a face: inside
+// only if |o| <= 1 on that axis; touching an edge or a corner is a miss), n = ceil(len/ds) + 1
+// (>= 2) samples t_k = t_in + k·δ with δ = len/(n − 1), points o + t_k·d. A ray that misses has
+// n = 0. Points and δ are differentiable with respect to o and d (t_in, t_out and δ included; n is
+// piecewise constant).
+//
+// Layouts: packed (`offsets [R+1]`, the exclusive sum of `ray_box_counts`; points [N, 3],
+// delta_ts [N]) or padded (offsets absent; points [R, S, 3], delta_ts [R, S], and `valid [R, S]`
+// bool, with S >= ceil(2√3/ds) + 1 so that every ray fits). Padding slots are written as zeros.
+
+/// The padded capacity for a step: ceil(2√3/ds) + 1.
+int64_t ray_box_capacity(double ds);
+
+/// counts[r] = n of ray r (int64).
+void ray_box_counts(const TensorRef& origins, const TensorRef& directions, double ds,
+                    const TensorRef& counts, Stream stream = {});
+
+/// `offsets` present: packed layout; absent: padded layout (then `valid` is required).
+void ray_box_samples_forward(const TensorRef& origins, const TensorRef& directions, double ds,
+                             const TensorRef& offsets, const TensorRef& points,
+                             const TensorRef& delta_ts, const TensorRef& valid, Stream stream = {});
+
+/// Gradients to origins and directions (either may be absent) from grad_points and, if present,
+/// grad_delta_ts, in the layout of the forward.
+void ray_box_samples_backward(const TensorRef& origins, const TensorRef& directions, double ds,
+                              const TensorRef& offsets, const TensorRef& grad_points,
+                              const TensorRef& grad_delta_ts, const TensorRef& grad_origins,
+                              const TensorRef& grad_directions, Stream stream = {});
+
+}  // namespace fieldfuse
