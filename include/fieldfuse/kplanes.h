@@ -24,7 +24,8 @@
 //   are the compute type or the plane dtype (`features.dtype` chooses).
 // - layout: points, rotations and planes are read through their strides, in place: NCHW planes,
 //   channels-last planes (`[P, C, H, W]` with strides (H·W·C, 1, W·C, C)) and other views work
-//   without copies; dense channels-last planes take the vectorised CUDA path. Feature outputs must
+//   without copies; dense channels-last planes with C % 4 == 0 and 16-byte-aligned data take the
+//   vectorised CUDA path (the CUDA kernels need sm_80 or newer). Feature outputs must
 //   be contiguous. Plane gradients must be dense (a permutation of a contiguous layout, as
 //   `torch.empty_like` gives for NCHW and channels-last planes); they are fully written.
 // - determinism: point and rotation gradients are always reduced in a fixed order. On CUDA the
@@ -74,7 +75,8 @@ struct KPlanesGradients {
 };
 
 /// Workspace bytes `kplanes_backward` needs (>= 1). Reads only metadata. It grows with
-/// `deterministic` (the sort buffers of the gather) and with 16-bit planes (float32 accumulators).
+/// `deterministic` (the sort buffers, and 4 partial sums per plane cell of the largest level in
+/// the compute type) and with 16-bit planes (float32 accumulators).
 std::size_t kplanes_backward_workspace_size(const KPlanesInputs& inputs,
                                             const KPlanesGradients& grads, bool deterministic);
 

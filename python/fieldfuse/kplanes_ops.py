@@ -13,8 +13,9 @@ then tilt-major, channel fastest: column ``offset_l + t·C_l + c``.
 
 Points and rotations are float32 or float64; planes have their dtype or, on CUDA with float32
 points, float16/bfloat16 (computed in float32, plane gradients accumulated in float32). Gradients
-flow to points, rotations and planes; gates are constants. The plane gradient has the planes'
-layout. On CUDA the default backward scatters with float atomics (exact sums, run-to-run rounding
+flow to points, rotations and planes (and to gates given as a tensor); the backward is itself
+differentiable (double backward, through ``_kplanes_second_order``). The plane gradient has the
+planes' layout. On CUDA the default backward scatters with float atomics (exact sums, run-to-run rounding
 differences); ``deterministic=True`` (or ``torch.use_deterministic_algorithms(True)``) gathers
 each cell in a fixed order instead. CPU results are always deterministic.
 
@@ -25,12 +26,12 @@ Raw ops: ``torch.ops.fieldfuse.kplanes_forward`` / ``kplanes_backward`` and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from . import _kplanes_second_order as _second_order
 from ._backend import _C, check_tensor, dl, float_list, reduced_dtype, stream_of, workspace
 
 __all__ = ["kplanes_tilted", "kplanes", "kplanes_tilted_taps", "kplanes_tilted_with_taps", "plane_tv"]
@@ -165,13 +166,19 @@ def _setup_kplanes(ctx, inputs, output):
     ctx.save_for_backward(pts, tap_pts, rotations, *planes)
 
 
+def _needs(flag) -> bool:
+    """needs_input_grad of one input: a bool, or a list of bools for a list of tensors."""
+    return any(flag) if isinstance(flag, (list, tuple)) else bool(flag)
+
+
 def _kplanes_grad(ctx, grad_features, grad_tap_features):
     pts, tap_pts, rotations, *planes = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    wants = [bool(needs[0]), bool(needs[1]) and ctx.has_taps, bool(needs[2]) and ctx.tilted,
-             bool(needs[3])]
+    wants = [_needs(needs[0]), _needs(needs[1]) and ctx.has_taps,
+             _needs(needs[2]) and ctx.tilted, _needs(needs[3])]
+    no_planes = [None] * ctx.num_levels  # a list input gets a list of gradients back
     if not any(wants):
-        return None, None, None, None, None, None, None, None
+        return None, None, None, no_planes, None, None, None, None
     features_dtype = grad_features.dtype if grad_features is not None else grad_tap_features.dtype
     if grad_features is None:
         grad_features = torch.zeros(
@@ -189,7 +196,7 @@ def _kplanes_grad(ctx, grad_features, grad_tap_features):
         grad_pts if wants[0] else None,
         grad_tap_pts if wants[1] else None,
         grad_rotations if wants[2] else None,
-        grad_planes if wants[3] else None,
+        grad_planes if wants[3] else no_planes,
         None,
         None,
         None,
@@ -200,17 +207,31 @@ def _kplanes_grad(ctx, grad_features, grad_tap_features):
 kplanes_forward.register_autograd(_kplanes_grad, setup_context=_setup_kplanes)
 
 
+def _setup_kplanes_backward(ctx, inputs, output):
+    (grad_features, grad_tap_features, pts, tap_pts, rotations, planes, gates, h, wants,
+     deterministic) = inputs
+    ctx.gates, ctx.h, ctx.wants = gates, h, wants
+    ctx.save_for_backward(grad_features, grad_tap_features, pts, tap_pts, rotations, *planes)
+
+
+# Double backward: exact, through a twice-differentiable PyTorch restatement of the same math.
+kplanes_backward.register_autograd(_second_order.backward_of_backward,
+                                   setup_context=_setup_kplanes_backward)
+
+
 # --- public functions -------------------------------------------------------------------------
 
 
 def _levels(op: str, planes) -> list[Tensor]:
     if isinstance(planes, Tensor):
         return [planes]
-    if not isinstance(planes, (list, tuple)):
+    try:  # any sequence of tensors: a list, a tuple, an nn.ParameterList, ...
+        planes = list(planes)
+    except TypeError:
         raise TypeError(
             f"{op}(): expected planes to be a tensor or a sequence of tensors (one per level), but "
             f"got {type(planes).__name__}"
-        )
+        ) from None
     if len(planes) == 0:
         raise ValueError(f"{op}(): expected at least one level of planes, but got an empty list")
     for i, p in enumerate(planes):
@@ -218,16 +239,18 @@ def _levels(op: str, planes) -> list[Tensor]:
     return list(planes)
 
 
-def _gates(op: str, gates, num_levels: int) -> list[float] | None:
+def _gates(op: str, gates, num_levels: int):
+    """Float gates (fused into the kernels), a gate tensor (applied outside, differentiable and
+    free to change under torch.compile), or None."""
     if gates is None:
         return None
     if isinstance(gates, Tensor):
-        if gates.requires_grad:
+        if gates.shape != (num_levels,):
             raise ValueError(
-                f"{op}(): gates are constants (a schedule), but got a tensor that requires grad; "
-                "multiply the features by learnable gates instead"
+                f"{op}(): expected gates to have one entry per level ({num_levels}), but got "
+                f"shape {list(gates.shape)}"
             )
-        gates = gates.detach().cpu().tolist()
+        return gates
     values = float_list(op, "gates", gates)
     if len(values) != num_levels:
         raise ValueError(
@@ -235,6 +258,12 @@ def _gates(op: str, gates, num_levels: int) -> list[float] | None:
             f"{len(values)}"
         )
     return values
+
+
+def _apply_gates(outputs, gates: Tensor, planes: list[Tensor], num_tilts: int):
+    """Multiplies each level's feature columns by its gate (the tensor-gates path)."""
+    scale = torch.cat([g.expand(num_tilts * p.shape[1]) for g, p in zip(gates, planes, strict=True)])
+    return tuple(o * scale.to(o.dtype) for o in outputs)
 
 
 def _deterministic(deterministic: bool) -> bool:
@@ -260,19 +289,24 @@ def _run(op, pts, tap_pts, rotations, planes, gates, h, features_dtype, determin
             f"{op}(): expected features_dtype to be None, {pts.dtype} (the dtype of pts) or "
             f"{planes[0].dtype} (the dtype of planes), but got {features_dtype}"
         )
-    if not math.isfinite(h):
-        raise ValueError(f"{op}(): expected h to be finite, but got {h}")
-    return kplanes_forward(
-        pts, tap_pts, rotations, planes, gates, float(h), plane_dtype_features,
-        _deterministic(deterministic),
+    # h is checked for finiteness by the core; here only its type (a SymFloat under compile).
+    if isinstance(h, bool) or not isinstance(h, (int, float, torch.SymInt, torch.SymFloat)):
+        raise TypeError(f"{op}(): expected h to be a real number, but got {type(h).__name__}")
+    fused_gates = gates if not isinstance(gates, Tensor) else None
+    outputs = kplanes_forward(
+        pts, tap_pts, rotations, planes, fused_gates, float(h) if isinstance(h, int) else h,
+        plane_dtype_features, _deterministic(deterministic),
     )
+    if isinstance(gates, Tensor):
+        outputs = _apply_gates(outputs, gates, planes, 1 if rotations is None else rotations.shape[0])
+    return outputs
 
 
 def kplanes_tilted(
     pts: Tensor,
     rotations: Tensor,
     planes: Sequence[Tensor] | Tensor,
-    gates: Sequence[float] | None = None,
+    gates: Sequence[float] | Tensor | None = None,
     *,
     features_dtype: torch.dtype | None = None,
     deterministic: bool = False,
@@ -286,7 +320,9 @@ def kplanes_tilted(
         pts: ``[B, 3]`` points; outside [−1, 1] reads the border. Differentiable.
         rotations: ``[T, 3, 3]`` row-major (not assumed orthogonal). Differentiable.
         planes: L ≥ 1 levels ``[3T, C_l, H_l, W_l]`` (NCHW or channels-last). Differentiable.
-        gates: optional per-level constant factors (coarse-to-fine schedules).
+        gates: optional per-level factors: floats (constants, fused into the kernels) or a tensor
+            ``[L]`` (applied to the features outside the kernels: differentiable, and its values
+            may change between calls under ``torch.compile`` without recompiling).
         features_dtype: ``None`` (pts' dtype) or the planes' dtype (16-bit features).
         deterministic: same bits from every CUDA backward (slower); CPU always is.
 
@@ -300,7 +336,7 @@ def kplanes_tilted(
 def kplanes(
     pts: Tensor,
     planes: Sequence[Tensor] | Tensor,
-    gates: Sequence[float] | None = None,
+    gates: Sequence[float] | Tensor | None = None,
     *,
     features_dtype: torch.dtype | None = None,
     deterministic: bool = False,
@@ -323,7 +359,7 @@ def kplanes_tilted_taps(
     rotations: Tensor,
     planes: Sequence[Tensor] | Tensor,
     h: float,
-    gates: Sequence[float] | None = None,
+    gates: Sequence[float] | Tensor | None = None,
     *,
     features_dtype: torch.dtype | None = None,
     deterministic: bool = False,
@@ -350,7 +386,7 @@ def kplanes_tilted_with_taps(
     rotations: Tensor,
     planes: Sequence[Tensor] | Tensor,
     h: float,
-    gates: Sequence[float] | None = None,
+    gates: Sequence[float] | Tensor | None = None,
     *,
     features_dtype: torch.dtype | None = None,
     deterministic: bool = False,

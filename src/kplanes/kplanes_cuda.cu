@@ -438,6 +438,17 @@ __global__ void round_gradient_kernel(const float* __restrict__ acc, PlaneView a
 // for it, in a fixed order. Every cell is written, so nothing is zero-filled, and the result has
 // the same bits on every run.
 
+/// The taps of position r on a level, compiled once: the key kernel and the run kernel must agree
+/// to the bit on every tap's base cell, and one out-of-line copy rules out differing contractions.
+template <Variant V, class T>
+__device__ __noinline__ void deterministic_taps(const T (&R)[9], const T (&p)[3], int tap, T h,
+                                                int64_t height, int64_t width,
+                                                BilinearTap<T> (&taps)[3]) {
+  T r[3];
+  tap_position<V>(R, p, tap, h, r);
+  plane_taps<V>(r, height, width, taps);
+}
+
 template <Variant V, class S>
 __global__ void entry_keys_kernel(Geometry geo, const __grid_constant__ LevelTable table, int level,
                                   int64_t num_positions, uint32_t* __restrict__ keys,
@@ -447,13 +458,12 @@ __global__ void entry_keys_kernel(Geometry geo, const __grid_constant__ LevelTab
   if (q >= num_positions) return;
   const int t = blockIdx.y;
   const Position pos = position_of(q, geo.pts.rows);
-  T p[3], R[9], r[3];
+  T p[3], R[9];
   slot_point(geo, pos.slot, p);
   rotation_of<V>(geo, t, R);
-  tap_position<V>(R, p, pos.tap, static_cast<T>(geo.h), r);
   const PlaneView& v = table.levels[level].view;
   BilinearTap<T> taps[3];
-  plane_taps<V>(r, v.height, v.width, taps);
+  deterministic_taps<V>(R, p, pos.tap, static_cast<T>(geo.h), v.height, v.width, taps);
   const int64_t planes = 3 * static_cast<int64_t>(geo.num_tilts);
 #pragma unroll
   for (int p_ = 0; p_ < 3; ++p_) {
@@ -464,14 +474,22 @@ __global__ void entry_keys_kernel(Geometry geo, const __grid_constant__ LevelTab
   }
 }
 
-/// run_start[key] = first sorted index with that key (run_start[num_keys] = num_entries).
+/// run_start[key] = the first sorted index whose key is >= key, for key in [0, num_keys] (a binary
+/// search per key, so clustered or sparse entries cost no serial fill).
 __global__ void run_starts_kernel(const uint32_t* __restrict__ sorted_keys, int64_t num_entries,
                                   int64_t num_keys, uint32_t* __restrict__ run_start) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i > num_entries) return;
-  const int64_t key = i < num_entries ? static_cast<int64_t>(sorted_keys[i]) : num_keys;
-  const int64_t previous = i > 0 ? static_cast<int64_t>(sorted_keys[i - 1]) : -1;
-  for (int64_t k = previous + 1; k <= key; ++k) run_start[k] = static_cast<uint32_t>(i);
+  const int64_t key = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (key > num_keys) return;
+  int64_t low = 0, high = num_entries;
+  while (low < high) {
+    const int64_t mid = (low + high) / 2;
+    if (static_cast<int64_t>(sorted_keys[mid]) < key) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  run_start[key] = static_cast<uint32_t>(low);
 }
 
 template <Variant V, class S, class G>
@@ -505,11 +523,10 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t end = run_start[key + 1];
   for (uint32_t i = run_start[key]; i < end; ++i) {
     const Position pos = position_of(sorted_entries[i] / v.planes, geo.pts.rows);
-    T p[3], r[3];
+    T p[3];
     slot_point(geo, pos.slot, p);
-    tap_position<V>(R, p, pos.tap, h, r);
     BilinearTap<T> taps[3];
-    plane_taps<V>(r, v.height, v.width, taps);
+    deterministic_taps<V>(R, p, pos.tap, h, v.height, v.width, taps);
     Corners<T> corners[kLanes][3];
     load_chunk(plane, v, table.read_vector[level], t, c0, taps, corners);
     const int64_t first_col = lv.column + t * v.channels + c0;
@@ -910,7 +927,7 @@ void backward_cuda(const BackwardArgs& a) {
                               buf.sorted_entries, entries, 0, end_bit_for(keys), stream),
                           pb.op, "cub::DeviceRadixSort::SortPairs");
             }
-            run_starts_kernel<<<static_cast<unsigned>(cuda::ceil_div(entries + 1, 256)), 256, 0,
+            run_starts_kernel<<<static_cast<unsigned>(cuda::ceil_div(keys + 1, 256)), 256, 0,
                                 stream>>>(buf.sorted_keys, entries, keys, buf.run_start);
             cuda::check_launch(pb.op, "run_starts_kernel", stream);
             const int64_t chunks = cuda::ceil_div(v.channels, kLanes);

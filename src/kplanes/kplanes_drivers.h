@@ -114,8 +114,15 @@ template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE void load_rotation(const void* data, const int64_t (&strides)[3],
                                                   int64_t t, T (&R)[9]) {
   const T* base = static_cast<const T*>(data) + t * strides[0];
-  for (int i = 0; i < 3; ++i)
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < 3; ++i) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
     for (int j = 0; j < 3; ++j) R[3 * i + j] = base[i * strides[1] + j * strides[2]];
+  }
 }
 
 /// Rotation t (tilted), or the identity (axis-aligned: its planes read the point itself).
@@ -126,6 +133,9 @@ FF_HOST_DEVICE FF_FORCE_INLINE void rotation_or_identity(const void* data,
   if (V == Variant::kTilted) {
     load_rotation(data, strides, t, R);
   } else {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
     for (int i = 0; i < 9; ++i) R[i] = (i % 4 == 0) ? T(1) : T(0);
   }
 }

@@ -76,11 +76,14 @@ template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE AxisCorners<T> split_index(T index, int64_t size) {
   const T base = round_down(index);
   // `base >= 0` is false only for NaN (index is already clamped): it must not reach the cast.
+  int64_t i0 = base >= T(0) ? static_cast<int64_t>(base) : int64_t(0);
+  // In float32 (size − 1) can round up to size for sides past 2^24, and the clamped index with
+  // it: clamp the corner too, so no read or scatter ever leaves the plane.
+  i0 = i0 < size - 1 ? i0 : size - 1;
+  const int64_t i1 = i0 + 1 < size ? i0 + 1 : size - 1;
   // 32-bit corners (plane sides are < 2^31, checked by the front) keep the per-tap state small in
   // the CUDA kernels' registers.
-  const int32_t i0 = base >= T(0) ? static_cast<int32_t>(base) : 0;
-  const int32_t i1 = i0 + 1 < size ? i0 + 1 : static_cast<int32_t>(size - 1);
-  return {i0, i1, index - base};
+  return {static_cast<int32_t>(i0), static_cast<int32_t>(i1), index - base};
 }
 
 /// One bilinear tap on an H×W plane: corners, fractions and the coordinate derivative factors.

@@ -590,5 +590,17 @@ TEST(KPlanesMathVariants, IdentityRotationDoesNotMakeThemInterchangeable) {
   EXPECT_NE(tilted, aligned);
 }
 
+TEST(KPlanesMath, CornersStayInsideLongFloatAxes) {
+  // Past 2^24 cells, (size − 1) rounds to size in float32; the corners must still be in range.
+  const int64_t size = (int64_t{1} << 24) + 4;
+  for (const float g : {1.0f, 0.9999999f, 2.0f}) {
+    const auto c = kp::map_coordinate(g, size);
+    const auto corners = kp::split_index(c.index, size);
+    EXPECT_LE(corners.i0, size - 1) << g;
+    EXPECT_LE(corners.i1, size - 1) << g;
+    EXPECT_GE(corners.i0, 0) << g;
+  }
+}
+
 }  // namespace
 }  // namespace fftest

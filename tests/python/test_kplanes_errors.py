@@ -118,9 +118,8 @@ def _cases():
                         _tilted(name, _pts(), _rotations(), [_level(), _level()], [1.0, gate]))
         yield _case(f"{name}-gates-string", TypeError, rf"{OP}.*\bgates\b",
                     _tilted(name, _pts(), _rotations(), [_level()], "1"))
-        yield _case(f"{name}-gates-requires-grad", ValueError, rf"{OP}.*\bgates\b",
-                    _tilted(name, _pts(), _rotations(), [_level()],
-                            torch.ones(1, requires_grad=True)))
+        yield _case(f"{name}-gates-tensor-shape", ValueError, rf"{OP}.*\bgates\b",
+                    _tilted(name, _pts(), _rotations(), [_level()], torch.ones(2)))
         # features_dtype
         for label, dtype in {"float16": torch.float16, "float64": torch.float64,
                              "int32": torch.int32, "string": "float32"}.items():

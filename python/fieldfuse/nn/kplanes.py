@@ -456,7 +456,8 @@ class _KPlanesField(nn.Module):
         Args:
             pts: ``[B, 3]`` points. Differentiable.
             tap_pts: ``[N, 3]`` tap base points (from :meth:`tv_tap_coords`). Differentiable.
-            gates: optional per-level constants, as in :func:`fieldfuse.kplanes_tilted`.
+            gates: optional per-level gates (floats or a tensor), as in
+                :func:`fieldfuse.kplanes_tilted`.
 
         Returns:
             ``(densities [B, out_features], tap_densities [4, N, out_features])``.
