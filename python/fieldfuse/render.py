@@ -210,14 +210,22 @@ volume_render_forward.register_autograd(_render_grad, setup_context=_setup_rende
 
 def _render(op, sigmas, rgbs, delta_ts, ts, offsets, thresh, background, prefix, alpha_input,
             depth, weights, total_samples, transmittance, validate):
-    check_tensor(op, "alphas" if alpha_input else "sigmas", sigmas)
+    first = "alphas" if alpha_input else "sigmas"
+    check_tensor(op, first, sigmas)
     check_tensor(op, "rgbs", rgbs)
+    # Shapes the output allocation reads, checked here so the message names the argument.
+    if sigmas.dim() != 1:
+        raise ValueError(f"{op}(): expected {first} to have shape [N], but got shape "
+                         f"{list(sigmas.shape)}")
+    if rgbs.dim() != 2:
+        raise ValueError(f"{op}(): expected rgbs to have shape [N, C], but got shape "
+                         f"{list(rgbs.shape)}")
     for name, t in (("delta_ts", delta_ts), ("ts", ts), ("background", background),
                     ("prefix_transmittance", prefix)):
         if t is not None:
             check_tensor(op, name, t)
     if validate:
-        _check_offsets(op, offsets, sigmas.shape[0] if sigmas.dim() == 1 else -1)
+        _check_offsets(op, offsets, sigmas.shape[0])
     if depth and ts is None:
         depth = False  # depth needs the sample depths
     wants = [True, bool(depth), bool(weights), bool(total_samples), bool(transmittance)]
@@ -366,8 +374,11 @@ def line_integral(values: Tensor, delta_ts: Tensor, offsets: Tensor, *,
     op = "line_integral"
     check_tensor(op, "values", values)
     check_tensor(op, "delta_ts", delta_ts)
+    if values.dim() not in (1, 2):
+        raise ValueError(f"{op}(): expected values to have shape [N] or [N, C], but got shape "
+                         f"{list(values.shape)}")
     if validate:
-        _check_offsets(op, offsets, values.shape[0] if values.dim() >= 1 else -1)
+        _check_offsets(op, offsets, values.shape[0])
     return line_integral_forward(values, delta_ts, offsets)
 
 

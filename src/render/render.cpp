@@ -22,17 +22,23 @@ using detail::render::VolumeRenderArgs;
 
 bool absent(const TensorRef& t) { return t.ndim == 0 && t.data == nullptr; }
 
+/// A present tensor without elements may have a null data pointer; the drivers tell absent from
+/// present by the pointer, so such a tensor gets this (never dereferenced) address instead.
+char empty_tensor_marker;
+
+void* data_of(const TensorRef& t) { return t.data != nullptr ? t.data : &empty_tensor_marker; }
+
 std::string dims(int64_t a) { return "[" + std::to_string(a) + "]"; }
 std::string dims(int64_t a, int64_t b) {
   return "[" + std::to_string(a) + ", " + std::to_string(b) + "]";
 }
 
 Vec vec(const TensorRef& t) {
-  return absent(t) ? Vec{} : Vec{t.data, t.ndim > 0 ? t.strides[0] : 0};
+  return absent(t) ? Vec{} : Vec{data_of(t), t.ndim > 0 ? t.strides[0] : 0};
 }
 Mat mat(const TensorRef& t) {
   if (absent(t)) return {};
-  return {t.data, t.strides[0], t.ndim > 1 ? t.strides[1] : 0};
+  return {data_of(t), t.strides[0], t.ndim > 1 ? t.strides[1] : 0};
 }
 
 /// A per-sample or per-ray float input of the given shape, on `ref`'s device with its dtype.
@@ -117,20 +123,22 @@ constexpr const char* kRenderOp = "volume_render";
 constexpr const char* kRenderBackwardOp = "volume_render_backward";
 
 VolumeRenderArgs render_args(const char* op, const VolumeRenderInputs& in) {
-  check_float(op, "sigmas", in.sigmas);
+  const char* first = in.alpha_input ? "alphas" : "sigmas";  // the name users pass
+  check_float(op, first, in.sigmas);
   if (in.sigmas.ndim != 1) {
     fail(ErrorKind::Value, op,
-         "expected sigmas to have shape [N], but got shape " + in.sigmas.shape_str());
+         std::string("expected ") + first + " to have shape [N], but got shape " +
+             in.sigmas.shape_str());
   }
   const int64_t n = in.sigmas.sizes[0];
   detail::check_storage(op, "rgbs", in.rgbs);
   if (in.rgbs.ndim != 2 || in.rgbs.sizes[0] != n || in.rgbs.sizes[1] < 1) {
     fail(ErrorKind::Value, op,
-         "expected rgbs to have shape [N, C] with N = " + std::to_string(n) +
-             " (the samples of sigmas) and C >= 1, but got shape " + in.rgbs.shape_str());
+         "expected rgbs to have shape [N, C] with N = " + std::to_string(n) + " (the samples of " +
+             first + ") and C >= 1, but got shape " + in.rgbs.shape_str());
   }
   const int64_t c = in.rgbs.sizes[1];
-  check_input(op, "rgbs", in.rgbs, in.sigmas, "sigmas", {n, c}, dims(n, c));
+  check_input(op, "rgbs", in.rgbs, in.sigmas, first, {n, c}, dims(n, c));
   VolumeRenderArgs a;
   a.op = op;
   a.dtype = in.sigmas.dtype;
@@ -140,14 +148,14 @@ VolumeRenderArgs render_args(const char* op, const VolumeRenderInputs& in) {
   a.sigmas = vec(in.sigmas);
   a.rgbs = mat(in.rgbs);
   if (!in.alpha_input || !absent(in.delta_ts)) {
-    check_input(op, "delta_ts", in.delta_ts, in.sigmas, "sigmas", {n}, dims(n));
+    check_input(op, "delta_ts", in.delta_ts, in.sigmas, first, {n}, dims(n));
     a.delta_ts = vec(in.delta_ts);
   }
   if (!absent(in.ts)) {
-    check_input(op, "ts", in.ts, in.sigmas, "sigmas", {n}, dims(n));
+    check_input(op, "ts", in.ts, in.sigmas, first, {n}, dims(n));
     a.ts = vec(in.ts);
   }
-  a.rays = check_offsets(op, in.offsets, in.sigmas, "sigmas", n);
+  a.rays = check_offsets(op, in.offsets, in.sigmas, first, n);
   const int64_t r = a.rays.count;
   if (!std::isfinite(in.transmittance_thresh) || in.transmittance_thresh < 0.0 ||
       in.transmittance_thresh >= 1.0) {
@@ -159,15 +167,15 @@ VolumeRenderArgs render_args(const char* op, const VolumeRenderInputs& in) {
   if (!absent(in.background)) {
     const TensorRef& bg = in.background;
     if (bg.ndim == 1) {
-      check_input(op, "background", bg, in.sigmas, "sigmas", {c}, dims(c) + " or [R, C]");
+      check_input(op, "background", bg, in.sigmas, first, {c}, dims(c) + " or [R, C]");
       a.background = {bg.data, 0, bg.strides[0]};  // every ray reads the same row
     } else {
-      check_input(op, "background", bg, in.sigmas, "sigmas", {r, c}, "[C] or " + dims(r, c));
+      check_input(op, "background", bg, in.sigmas, first, {r, c}, "[C] or " + dims(r, c));
       a.background = mat(bg);
     }
   }
   if (!absent(in.prefix_transmittance)) {
-    check_input(op, "prefix_transmittance", in.prefix_transmittance, in.sigmas, "sigmas", {r},
+    check_input(op, "prefix_transmittance", in.prefix_transmittance, in.sigmas, first, {r},
                 dims(r));
     a.prefix = vec(in.prefix_transmittance);
   }
@@ -178,17 +186,17 @@ VolumeRenderArgs render_args(const char* op, const VolumeRenderInputs& in) {
 
 void volume_render_forward(const VolumeRenderInputs& in, const VolumeRenderOutputs& out,
                            Stream stream) {
-  const char* op = kRenderOp;
+  const char* op = in.alpha_input ? "volume_render_alpha" : kRenderOp;
   VolumeRenderArgs a = render_args(op, in);
+  const char* first = in.alpha_input ? "alphas" : "sigmas";
   const int64_t r = a.rays.count, c = a.channels, n = a.rays.samples;
-  const std::pair<const char*, const TensorRef*> sigmas{"sigmas", &in.sigmas},
-      rgbs{"rgbs", &in.rgbs};
-  check_output(op, "rgb", out.rgb, in.sigmas, "sigmas", {r, c}, dims(r, c), a.dtype, sigmas, rgbs);
+  const std::pair<const char*, const TensorRef*> sigmas{first, &in.sigmas}, rgbs{"rgbs", &in.rgbs};
+  check_output(op, "rgb", out.rgb, in.sigmas, first, {r, c}, dims(r, c), a.dtype, sigmas, rgbs);
   a.rgb = mat(out.rgb);
   const auto optional_vector = [&](const char* arg, const TensorRef& t, int64_t size, DType dtype,
                                    Vec& into) {
     if (absent(t)) return;
-    check_output(op, arg, t, in.sigmas, "sigmas", {size}, dims(size), dtype, sigmas, rgbs);
+    check_output(op, arg, t, in.sigmas, first, {size}, dims(size), dtype, sigmas, rgbs);
     detail::check_disjoint(op, arg, t, "rgb", out.rgb);
     into = vec(t);
   };
@@ -209,14 +217,15 @@ void volume_render_forward(const VolumeRenderInputs& in, const VolumeRenderOutpu
 
 void volume_render_backward(const VolumeRenderInputs& in, const VolumeRenderGradients& g,
                             Stream stream) {
-  const char* op = kRenderBackwardOp;
+  const char* op = in.alpha_input ? "volume_render_alpha_backward" : kRenderBackwardOp;
   VolumeRenderArgs a = render_args(op, in);
+  const char* first = in.alpha_input ? "alphas" : "sigmas";
   const int64_t r = a.rays.count, c = a.channels, n = a.rays.samples;
-  check_input(op, "grad_rgb", g.grad_rgb, in.sigmas, "sigmas", {r, c}, dims(r, c));
+  check_input(op, "grad_rgb", g.grad_rgb, in.sigmas, first, {r, c}, dims(r, c));
   a.grad_rgb = mat(g.grad_rgb);
   const auto upstream = [&](const char* arg, const TensorRef& t, int64_t size, Vec& into) {
     if (absent(t)) return;
-    check_input(op, arg, t, in.sigmas, "sigmas", {size}, dims(size));
+    check_input(op, arg, t, in.sigmas, first, {size}, dims(size));
     into = vec(t);
   };
   upstream("grad_opacity", g.grad_opacity, r, a.grad_opacity);
@@ -226,12 +235,12 @@ void volume_render_backward(const VolumeRenderInputs& in, const VolumeRenderGrad
   if (a.grad_depth.present() && !a.ts.present()) {
     fail(ErrorKind::Value, op, "grad_depth needs ts (the sample depths), but ts is absent");
   }
-  const std::pair<const char*, const TensorRef*> sigmas{"sigmas", &in.sigmas},
-      rgbs{"rgbs", &in.rgbs}, grad_rgb{"grad_rgb", &g.grad_rgb};
+  const std::pair<const char*, const TensorRef*> sigmas{first, &in.sigmas}, rgbs{"rgbs", &in.rgbs},
+      grad_rgb{"grad_rgb", &g.grad_rgb};
   const auto gradient = [&](const char* arg, const TensorRef& t,
                             std::initializer_list<int64_t> shape, const std::string& layout) {
     if (absent(t)) return false;
-    check_output(op, arg, t, in.sigmas, "sigmas", shape, layout, a.dtype, sigmas, rgbs, grad_rgb);
+    check_output(op, arg, t, in.sigmas, first, shape, layout, a.dtype, sigmas, rgbs, grad_rgb);
     return true;
   };
   if (gradient("grad_sigmas", g.grad_sigmas, {n}, dims(n))) a.grad_sigmas = vec(g.grad_sigmas);
@@ -401,7 +410,7 @@ Mat sample_rows(const char* op, const char* arg, const TensorRef& t, const RayBo
            std::string("expected ") + arg + " to have shape " + (inner ? "[N, 3]" : "[N]") +
                " (packed), but got shape " + t.shape_str());
     }
-    return {t.data, t.strides[0], inner ? t.strides[1] : 0};
+    return {data_of(t), t.strides[0], inner ? t.strides[1] : 0};
   }
   const int64_t s = a.capacity;
   const bool ok = t.ndim == 2 + inner && t.sizes[0] == a.num_rays && t.sizes[1] == s &&
@@ -418,7 +427,7 @@ Mat sample_rows(const char* op, const char* arg, const TensorRef& t, const RayBo
              "'s ray and sample dims to be contiguous with each other "
              "(stride[0] == S·stride[1])");
   }
-  return {t.data, t.strides[1], inner ? t.strides[2] : 0};
+  return {data_of(t), t.strides[1], inner ? t.strides[2] : 0};
 }
 
 }  // namespace
@@ -463,6 +472,7 @@ void ray_box_samples_forward(const TensorRef& origins, const TensorRef& directio
   a.points = sample_rows(op, "points", points, a, 1);
   const Mat steps = sample_rows(op, "delta_ts", delta_ts, a, 0);
   a.delta_ts = {steps.data, steps.stride0};
+  a.padded = a.offsets == nullptr;
   if (a.offsets != nullptr && delta_ts.sizes[0] != points.sizes[0]) {
     fail(ErrorKind::Value, op, "expected delta_ts to have as many samples as points");
   }
@@ -488,6 +498,7 @@ void ray_box_samples_backward(const TensorRef& origins, const TensorRef& directi
   box_layout(op, a, offsets, origins, grad_points.ndim > 0 ? grad_points.sizes[0] : 0);
   detail::check_same_device(op, "grad_points", grad_points, "origins", origins);
   detail::check_dtype(op, "grad_points", grad_points, origins.dtype, "the dtype of origins");
+  a.padded = a.offsets == nullptr;
   a.grad_points = sample_rows(op, "grad_points", grad_points, a, 1);
   if (!absent(grad_delta_ts)) {
     detail::check_same_device(op, "grad_delta_ts", grad_delta_ts, "origins", origins);

@@ -82,8 +82,9 @@ struct RayBoxArgs {
   double ds = 0.0;
   Mat origins, directions;
   Vec counts;                        ///< ray_box_counts
-  const int64_t* offsets = nullptr;  ///< packed layout, or null for padded
+  const int64_t* offsets = nullptr;  ///< packed layout (null for counts and for padded)
   int64_t offsets_stride = 1;
+  bool padded = false;   ///< [R, S] layout: rays needing more than S samples are cut at S
   int64_t capacity = 0;  ///< padded: S
   Mat points;            ///< packed: [N, 3] (stride0 per sample); padded: [R·S, 3] view
   Vec delta_ts;          ///< packed: [N]; padded: [R·S] view

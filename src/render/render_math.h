@@ -111,7 +111,8 @@ struct BoxSpan {
 };
 
 /// Slab method. An axis with |d| <= eps constrains nothing if |o| ≤ 1 and misses otherwise. A ray
-/// that only touches the box (t_exit ≤ t_enter: a corner or an edge grazed from outside) misses.
+/// that only touches the box (t_exit ≤ t_enter: a corner or an edge grazed from outside) misses,
+/// and so does a direction within eps of zero on every axis.
 template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE BoxSpan<T> intersect_box(const T (&o)[3], const T (&d)[3]) {
   T enter = -static_cast<T>(INFINITY), exit = static_cast<T>(INFINITY);
@@ -128,7 +129,8 @@ FF_HOST_DEVICE FF_FORCE_INLINE BoxSpan<T> intersect_box(const T (&o)[3], const T
     if (near > enter) enter = near, entry_axis = axis;
     if (far < exit) exit = far, exit_axis = axis;
   }
-  return {enter, exit, inside && exit > enter, entry_axis, exit_axis};
+  // A direction parallel to every face (zero, or below eps on all axes) bounds nothing: a miss.
+  return {enter, exit, inside && entry_axis >= 0 && exit > enter, entry_axis, exit_axis};
 }
 
 /// Samples of a span of length `length` at step `ds`: ceil(length/ds) + 1, at least 2.

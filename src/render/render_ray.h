@@ -248,17 +248,18 @@ FF_HOST_DEVICE RaySpan<S> ray_span(const RayBoxArgs& a, int64_t r) {
   }
   span.box = intersect_box(span.o, span.d);
   span.n = span.box.hit ? sample_count(span.box.exit - span.box.enter, a.ds) : 0;
-  if (a.offsets == nullptr && span.n > a.capacity) span.n = a.capacity;
+  if (a.padded && span.n > a.capacity) span.n = a.capacity;
   return span;
 }
 
 /// Where sample k of ray r goes: offsets[r] + k (packed) or r·S + k (padded).
 FF_HOST_DEVICE FF_FORCE_INLINE int64_t sample_slot(const RayBoxArgs& a, int64_t r, int64_t k) {
-  return (a.offsets != nullptr ? a.offsets[r * a.offsets_stride] : r * a.capacity) + k;
+  return (a.padded ? r * a.capacity : a.offsets[r * a.offsets_stride]) + k;
 }
 
-FF_HOST_DEVICE FF_FORCE_INLINE int64_t slots_of(const RayBoxArgs& a, int64_t r, int64_t n) {
-  return a.offsets != nullptr ? n : a.capacity;
+/// Slots ray r writes: its n samples (packed) or all S, padding included (padded).
+FF_HOST_DEVICE FF_FORCE_INLINE int64_t slots_of(const RayBoxArgs& a, int64_t n) {
+  return a.padded ? a.capacity : n;
 }
 
 template <class S>
@@ -270,7 +271,7 @@ template <class S>
 FF_HOST_DEVICE void ray_box_fill(const RayBoxArgs& a, int64_t r) {
   const RaySpan<S> span = ray_span<S>(a, r);
   const double step = span.n >= 2 ? sample_step(span.box.exit - span.box.enter, span.n) : 0.0;
-  for (int64_t k = 0; k < slots_of(a, r, span.n); ++k) {
+  for (int64_t k = 0; k < slots_of(a, span.n); ++k) {
     const int64_t slot = sample_slot(a, r, k);
     const bool live = k < span.n;
     const double t = span.box.enter + static_cast<double>(k) * step;
