@@ -68,11 +68,12 @@ struct VolumeRenderGradients {
   TensorRef grad_weights;        ///< [N]
   TensorRef grad_transmittance;  ///< [R]
 
-  TensorRef grad_sigmas;                ///< [N] (∂L/∂α with alpha_input)
-  TensorRef grad_rgbs;                  ///< [N, C]
-  TensorRef grad_delta_ts;              ///< [N]
-  TensorRef grad_ts;                    ///< [N]
-  TensorRef grad_background;            ///< [R, C] per ray (sum over rays for a [C] background)
+  TensorRef grad_sigmas;      ///< [N] (∂L/∂α with alpha_input)
+  TensorRef grad_rgbs;        ///< [N, C]
+  TensorRef grad_delta_ts;    ///< [N]
+  TensorRef grad_ts;          ///< [N]
+  TensorRef grad_background;  ///< [R, C] per ray (sum over rays for a [C] background); float32
+                              ///< is accepted for 16-bit inputs, so that sum rounds only once
   TensorRef grad_prefix_transmittance;  ///< [R]
 };
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ._backend import _C, check_tensor, dl, stream_of
+from ._backend import _C, check_tensor, dl, reduced_dtype, stream_of
 
 __all__ = [
     "RenderOutput",
@@ -128,13 +128,16 @@ def _(sigmas, rgbs, delta_ts, ts, offsets, threshold, background, prefix, alpha_
 def _render_gradients(sigmas, rgbs, delta_ts, ts, background, prefix, offsets, wants):
     r, c = offsets.shape[0] - 1, rgbs.shape[1]
     inputs = (sigmas, rgbs, delta_ts, ts, background, prefix)
-    shapes = (None, None, None, None, (r, c), None)
     grads = []
-    for want, t, shape in zip(wants, inputs, shapes, strict=True):
+    for i, (want, t) in enumerate(zip(wants, inputs, strict=True)):
         if not want or t is None:
             grads.append(_empty(sigmas))
+        elif i == 4:
+            # Per-ray background gradients, in float32 for 16-bit inputs: a shared background
+            # sums them, and that sum must round once, not once per ray.
+            grads.append(sigmas.new_empty((r, c), dtype=reduced_dtype(sigmas.dtype)))
         else:
-            grads.append(sigmas.new_empty(shape) if shape is not None else torch.empty_like(t))
+            grads.append(torch.empty_like(t))
     return tuple(grads)
 
 
@@ -200,8 +203,10 @@ def _render_grad(ctx, grad_rgb, grad_opacity, grad_depth, grad_weights, _grad_to
     g_sigmas, g_rgbs, g_delta, g_ts, g_bg, g_prefix = (
         g if w else None for g, w in zip(grads, wants, strict=True)
     )
-    if g_bg is not None and background.dim() == 1:
-        g_bg = g_bg.sum(0)  # a shared background: the per-ray gradients, summed in a fixed order
+    if g_bg is not None:
+        if background.dim() == 1:
+            g_bg = g_bg.sum(0)  # a shared background: the per-ray gradients, summed in order
+        g_bg = g_bg.to(background.dtype)
     return g_sigmas, g_rgbs, g_delta, g_ts, None, None, g_bg, g_prefix, None, None
 
 

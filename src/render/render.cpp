@@ -252,8 +252,14 @@ void volume_render_backward(const VolumeRenderInputs& in, const VolumeRenderGrad
     a.grad_delta_ts = vec(g.grad_delta_ts);
   }
   if (gradient("grad_ts", g.grad_ts, {n}, dims(n))) a.grad_ts = vec(g.grad_ts);
-  if (gradient("grad_background", g.grad_background, {r, c}, dims(r, c))) {
+  if (!absent(g.grad_background)) {
+    // float32 is accepted too for 16-bit inputs (see VolumeRenderArgs::grad_background_float32).
+    const bool wide = (a.dtype == DType::Float16 || a.dtype == DType::BFloat16) &&
+                      g.grad_background.dtype == DType::Float32;
+    check_output(op, "grad_background", g.grad_background, in.sigmas, first, {r, c}, dims(r, c),
+                 wide ? DType::Float32 : a.dtype, sigmas, rgbs, grad_rgb);
     a.grad_background = mat(g.grad_background);
+    a.grad_background_float32 = wide;
   }
   if (gradient("grad_prefix_transmittance", g.grad_prefix_transmittance, {r}, dims(r))) {
     a.grad_prefix = vec(g.grad_prefix_transmittance);

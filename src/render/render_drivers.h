@@ -57,6 +57,9 @@ struct VolumeRenderArgs {
   Vec grad_opacity, grad_depth, grad_weights, grad_transmittance;
   Vec grad_sigmas, grad_delta_ts, grad_ts, grad_prefix;
   Mat grad_rgbs, grad_background;
+  /// grad_background is float32 while the inputs are 16-bit: a shared background sums the
+  /// per-ray values afterwards, and rounding each to 16 bits first would compound.
+  bool grad_background_float32 = false;
   Stream stream{};
 };
 

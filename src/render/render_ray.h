@@ -141,7 +141,13 @@ FF_HOST_DEVICE void render_ray_backward(const VolumeRenderArgs& a, int64_t r) {
   for (int64_t c = 0; c < a.channels; ++c) {
     const double g = load<S>(a.grad_rgb, r, c);
     if (a.background.present()) behind += g * load<S>(a.background, r, c);
-    if (a.grad_background.present()) store<S>(a.grad_background, r, c, g * t_final);
+    if (a.grad_background.present()) {
+      if (a.grad_background_float32) {
+        store<float>(a.grad_background, r, c, g * t_final);
+      } else {
+        store<S>(a.grad_background, r, c, g * t_final);
+      }
+    }
   }
 
   // Pass 2, back to front.
