@@ -190,6 +190,22 @@ def environment(device: torch.device) -> dict[str, Any]:
     return env
 
 
+def fieldfuse_environment(device: torch.device) -> dict[str, Any]:
+    """`environment(device)` plus the fieldfuse version and build facts of this run."""
+    import fieldfuse  # the benchmarks' subject; imported here so the harness has no import cycle
+
+    env = environment(device)
+    build_info = getattr(fieldfuse, "build_info", None)
+    env.update(fieldfuse=getattr(fieldfuse, "__version__", "unknown"),
+               fieldfuse_build=build_info() if build_info else None)
+    return env
+
+
+def budget_for(quick: bool, cpu: bool) -> Budget:
+    """The timing budget of a run mode: --quick, --cpu or a full GPU run."""
+    return QUICK_BUDGET if quick else CPU_BUDGET if cpu else GPU_BUDGET
+
+
 def header_line(title: str, env: dict[str, Any]) -> str:
     """One markdown line: title, date, device, torch and the exact command."""
     if "gpu" in env:

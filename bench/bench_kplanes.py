@@ -823,8 +823,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.dtypes = CPU_DTYPES if args.cpu else GPU_DTYPES
     args.configs = QUICK_CONFIGS if args.quick else CPU_CONFIGS if args.cpu else GPU_CONFIGS
     args.step_config = QUICK_STEP if args.quick else CPU_STEP if args.cpu else GPU_STEP
-    args.budget = (tm.QUICK_BUDGET if args.quick else tm.CPU_BUDGET if args.cpu
-                   else tm.GPU_BUDGET)
+    args.budget = tm.budget_for(args.quick, args.cpu)
     return args
 
 
@@ -832,10 +831,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     began = time.perf_counter()
     torch.manual_seed(SEED)
-    env = tm.environment(args.device)
-    build_info = getattr(fieldfuse, "build_info", None)
-    env.update(fieldfuse=getattr(fieldfuse, "__version__", "unknown"),
-               fieldfuse_build=build_info() if build_info else None)
+    env = tm.fieldfuse_environment(args.device)
     rows, zero_fills = [], []
     for cfg in args.configs:
         compiled = compiled_baselines(cfg, args)

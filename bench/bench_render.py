@@ -665,8 +665,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.compile = (not args.cpu) if args.compile is None else args.compile
     args.extra_dtypes = () if args.cpu else GPU_EXTRA_DTYPES
     args.configs = QUICK_CONFIGS if args.quick else CPU_CONFIGS if args.cpu else GPU_CONFIGS
-    args.budget = (tm.QUICK_BUDGET if args.quick else tm.CPU_BUDGET if args.cpu
-                   else tm.GPU_BUDGET)
+    args.budget = tm.budget_for(args.quick, args.cpu)
     args.copy_bytes = (tm.QUICK_COPY_BYTES if args.quick else tm.CPU_COPY_BYTES if args.cpu
                        else tm.CUDA_COPY_BYTES)
     return args
@@ -676,10 +675,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     began = time.perf_counter()
     torch.manual_seed(SEED)
-    env = tm.environment(args.device)
-    build_info = getattr(fieldfuse, "build_info", None)
-    env.update(fieldfuse=getattr(fieldfuse, "__version__", "unknown"),
-               fieldfuse_build=build_info() if build_info else None)
+    env = tm.fieldfuse_environment(args.device)
     copy = tm.copy_bandwidth(args.device, args.copy_bytes, args.budget)
     print(f"copy bandwidth {copy['gbps']:.0f} GB/s", file=sys.stderr, flush=True)
     entries = [run_config(cfg, args, copy["gbps"]) for cfg in args.configs]

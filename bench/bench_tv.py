@@ -251,8 +251,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.compile = (not args.cpu) if args.compile is None else args.compile
     args.dtypes = CPU_DTYPES if args.cpu else GPU_DTYPES
     args.shapes = QUICK_SHAPES if args.quick else CPU_SHAPES if args.cpu else GPU_SHAPES
-    args.budget = (tm.QUICK_BUDGET if args.quick else tm.CPU_BUDGET if args.cpu
-                   else tm.GPU_BUDGET)
+    args.budget = tm.budget_for(args.quick, args.cpu)
     args.copy_bytes = (tm.QUICK_COPY_BYTES if args.quick else tm.CPU_COPY_BYTES if args.cpu
                        else tm.CUDA_COPY_BYTES)
     return args
@@ -262,10 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     began = time.perf_counter()
     torch.manual_seed(SEED)
-    env = tm.environment(args.device)
-    build_info = getattr(fieldfuse, "build_info", None)
-    env.update(fieldfuse=getattr(fieldfuse, "__version__", "unknown"),
-               fieldfuse_build=build_info() if build_info else None)
+    env = tm.fieldfuse_environment(args.device)
     copy = tm.copy_bandwidth(args.device, args.copy_bytes, args.budget)
     print(f"copy bandwidth {copy['gbps']:.0f} GB/s", file=sys.stderr, flush=True)
     rows = [row for shape in args.shapes for row in run_shape(shape, args, copy["gbps"])]
