@@ -293,10 +293,18 @@ def _run(op, pts, tap_pts, rotations, planes, gates, h, features_dtype, determin
     if isinstance(h, bool) or not isinstance(h, (int, float, torch.SymInt, torch.SymFloat)):
         raise TypeError(f"{op}(): expected h to be a real number, but got {type(h).__name__}")
     fused_gates = gates if not isinstance(gates, Tensor) else None
-    outputs = kplanes_forward(
-        pts, tap_pts, rotations, planes, fused_gates, float(h) if isinstance(h, int) else h,
-        plane_dtype_features, _deterministic(deterministic),
-    )
+    try:
+        outputs = kplanes_forward(
+            pts, tap_pts, rotations, planes, fused_gates, float(h) if isinstance(h, int) else h,
+            plane_dtype_features, _deterministic(deterministic),
+        )
+    except (ValueError, TypeError, NotImplementedError) as error:
+        # The core names its variant ("kplanes_tilted(): ..."); name the function called instead.
+        core = "kplanes_tilted(): " if rotations is not None else "kplanes(): "
+        message = str(error)
+        if op + "(): " != core and message.startswith(core):
+            raise type(error)(op + "(): " + message[len(core):]) from None
+        raise
     if isinstance(gates, Tensor):
         outputs = _apply_gates(outputs, gates, planes, 1 if rotations is None else rotations.shape[0])
     return outputs

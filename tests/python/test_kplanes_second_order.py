@@ -117,3 +117,12 @@ def test_h_must_be_a_number():
         fieldfuse.kplanes_tilted_taps(pts, torch.eye(3)[None], [torch.ones(3, 1, 2, 2)], "a")
     with pytest.raises(TypeError, match=r"kplanes_tilted_taps\(\).*\bh\b"):
         fieldfuse.kplanes_tilted_taps(pts, torch.eye(3)[None], [torch.ones(3, 1, 2, 2)], True)
+
+
+def test_core_errors_name_the_function_called():
+    pts, planes = torch.zeros(2, 3), [torch.ones(3, 1, 2, 2)]
+    with pytest.raises(TypeError, match=r"^kplanes_tilted_taps\(\): .*\brotations\b"):
+        fieldfuse.kplanes_tilted_taps(pts, torch.eye(3, dtype=torch.float64)[None], planes, 0.1)
+    with pytest.raises(ValueError, match=r"^kplanes_tilted_with_taps\(\): .*\bplanes\[0\]"):
+        fieldfuse.kplanes_tilted_with_taps(pts, torch.zeros(1, 3), torch.eye(3)[None],
+                                           [torch.ones(4, 1, 2, 2)], 0.1)
