@@ -4,11 +4,24 @@
 
 #include <cstdint>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 namespace fieldfuse::detail {
 
 /// Below this many units of work (about one voxel's stencil each) a loop runs on the calling
 /// thread: waking a team costs tens of microseconds, and far more when the cores are busy.
 constexpr int64_t kMinParallelWork = 32768;
+
+/// Threads a parallel_for may use (1 without OpenMP).
+inline int max_threads() {
+#if defined(_OPENMP)
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
 
 /// Runs f(i) for i in [begin, end), where each index costs about `work_per_index` units. The static
 /// schedule gives each thread a fixed contiguous range and drivers write per-index partial results,

@@ -149,29 +149,36 @@ void geometry_backward(const BackwardArgs& a) {
   }
 }
 
-/// Plane gradients: one owner per (level, tilt) clears its three planes and adds every slot's
-/// shares in slot order.
+/// Plane gradients: one owner per (level, tilt), or per (level, plane) when there are fewer
+/// (level, tilt) pairs than threads, clears its planes and adds every slot's shares in slot
+/// order. A cell's sum has the same order either way, so the bits do not depend on the split.
 template <Variant V, class T>
 void plane_backward(const BackwardArgs& a) {
   const Problem& pb = a.problem;
   const int tilts = pb.num_tilts;
-  const int64_t owners = static_cast<int64_t>(pb.levels.size()) * tilts;
+  // Per-plane owners recompute the other two planes' samples (3× the work) to use more threads.
+  const int per_owner =
+      static_cast<int64_t>(pb.levels.size()) * tilts >= max_threads() ? 3 : 1;  // planes
+  const int64_t owners_per_level = 3 * static_cast<int64_t>(tilts) / per_owner;
+  const int64_t owners = static_cast<int64_t>(pb.levels.size()) * owners_per_level;
   const T h = static_cast<T>(pb.h);
   parallel_for(0, owners, pb.num_slots() * slot_work(pb), [&](int64_t owner) {
-    const Level& level = pb.levels[owner / tilts];
-    const int t = static_cast<int>(owner % tilts);
+    const Level& level = pb.levels[owner / owners_per_level];
+    const int64_t first = (owner % owners_per_level) * per_owner;  // first plane k owned
+    const int t = static_cast<int>(first / 3);
     const PlaneView& gv = level.grad_view;
     T* grad = static_cast<T*>(level.grad);
-    for (int64_t k = 3 * t; k < 3 * t + 3; ++k)
+    for (int64_t k = first; k < first + per_owner; ++k)
       for (int64_t c = 0; c < gv.channels; ++c)
         for (int64_t y = 0; y < gv.height; ++y)
           for (int64_t x = 0; x < gv.width; ++x) grad[gv.offset(k, c, y, x)] = T(0);
     const auto scatter = [&](int64_t c, const BilinearTap<T>(&taps)[3], const T(&d_sample)[3]) {
-      for (int p = 0; p < 3; ++p) {
+      for (int64_t k = first; k < first + per_owner; ++k) {
+        const int p = static_cast<int>(k - 3 * t);
         const BilinearTap<T>& tap = taps[p];
         T share[4];
         tap.scatter(d_sample[p], share);
-        T* base = grad + (3 * t + p) * gv.stride_k + c * gv.stride_c;
+        T* base = grad + k * gv.stride_k + c * gv.stride_c;
         base[tap.y0 * gv.stride_y + tap.x0 * gv.stride_x] += share[0];
         base[tap.y0 * gv.stride_y + tap.x1 * gv.stride_x] += share[1];
         base[tap.y1 * gv.stride_y + tap.x0 * gv.stride_x] += share[2];
