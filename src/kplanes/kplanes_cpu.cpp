@@ -5,6 +5,7 @@
 // independent, no atomics).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -54,10 +55,12 @@ void forward_typed(const Problem& pb, const ForwardOutputs& out) {
           plane_taps<V>(r, v.height, v.width, taps);
           const T gate = static_cast<T>(level.gate);
           T* out_row = row + level.column + t * v.channels;
+          const CornerRows<T> rows[3] = {corner_rows(plane, v, 3 * t, taps[0]),
+                                         corner_rows(plane, v, 3 * t + 1, taps[1]),
+                                         corner_rows(plane, v, 3 * t + 2, taps[2])};
           for (int64_t c = 0; c < v.channels; ++c) {
-            const Corners<T> corners[3] = {load_corners(plane, v, 3 * t, c, taps[0]),
-                                           load_corners(plane, v, 3 * t + 1, c, taps[1]),
-                                           load_corners(plane, v, 3 * t + 2, c, taps[2])};
+            const Corners<T> corners[3] = {rows[0].template load<T>(c), rows[1].template load<T>(c),
+                                           rows[2].template load<T>(c)};
             out_row[c] = channel_feature(taps, corners) * gate;
           }
         }
@@ -85,14 +88,25 @@ void level_backward(const BackwardArgs& a, const Slot& slot, int tap, int t, con
   const T gate = static_cast<T>(level.gate);
   T d_index_x[3] = {0, 0, 0}, d_index_y[3] = {0, 0, 0};
   const int64_t first_col = level.column + t * v.channels;
-  for (int64_t c = 0; c < v.channels; ++c) {
-    const Corners<T> corners[3] = {load_corners(plane, v, 3 * t, c, taps[0]),
-                                   load_corners(plane, v, 3 * t + 1, c, taps[1]),
-                                   load_corners(plane, v, 3 * t + 2, c, taps[2])};
-    const T g = upstream<T>(a, slot, tap, first_col + c) * gate;
-    T d_sample[3];
-    channel_backward(taps, corners, g, d_sample, d_index_x, d_index_y);
-    scatter(c, taps, d_sample);
+  const CornerRows<T> rows[3] = {corner_rows(plane, v, 3 * t, taps[0]),
+                                 corner_rows(plane, v, 3 * t + 1, taps[1]),
+                                 corner_rows(plane, v, 3 * t + 2, taps[2])};
+  const auto channels = [&](auto dense) {
+    constexpr bool kDense = decltype(dense)::value;
+    for (int64_t c = 0; c < v.channels; ++c) {
+      const Corners<T> corners[3] = {rows[0].template load<T, kDense>(c),
+                                     rows[1].template load<T, kDense>(c),
+                                     rows[2].template load<T, kDense>(c)};
+      const T g = upstream<T>(a, slot, tap, first_col + c) * gate;
+      T d_sample[3];
+      channel_backward(taps, corners, g, d_sample, d_index_x, d_index_y);
+      scatter(c, taps, d_sample);
+    }
+  };
+  if (v.stride_c == 1) {
+    channels(std::true_type{});
+  } else {
+    channels(std::false_type{});
   }
   rotated_point_gradient<V>(taps, d_index_x, d_index_y, dr);
 }

@@ -150,16 +150,30 @@ void visit_variant(Variant v, const F& f) {
   }
 }
 
-/// The four corners of channel c of plane k under `tap`, converted to the compute type.
-template <class T, class S>
-FF_HOST_DEVICE FF_FORCE_INLINE Corners<T> load_corners(const S* plane, const PlaneView& v,
-                                                       int64_t k, int64_t c,
-                                                       const BilinearTap<T>& tap) {
-  const S* base = plane + k * v.stride_k + c * v.stride_c;
+/// The four corner rows of plane k under a tap, located once per tap so that the channel loop
+/// only steps by stride_c: channel c of corner j is at[j][c·stride_c].
+template <class S>
+struct CornerRows {
+  const S* at[4];
+  int64_t stride_c;
+
+  /// Channel c; `kDense` promises stride_c == 1 (channels-last), which lets the CPU driver's
+  /// channel loop vectorise.
+  template <class T, bool kDense = false>
+  FF_HOST_DEVICE FF_FORCE_INLINE Corners<T> load(int64_t c) const {
+    const int64_t o = kDense ? c : c * stride_c;
+    return {{static_cast<T>(at[0][o]), static_cast<T>(at[1][o]), static_cast<T>(at[2][o]),
+             static_cast<T>(at[3][o])}};
+  }
+};
+
+template <class S, class T>
+FF_HOST_DEVICE FF_FORCE_INLINE CornerRows<S> corner_rows(const S* plane, const PlaneView& v,
+                                                         int64_t k, const BilinearTap<T>& tap) {
+  const S* base = plane + k * v.stride_k;
   const int64_t r0 = tap.y0 * v.stride_y, r1 = tap.y1 * v.stride_y;
   const int64_t c0 = tap.x0 * v.stride_x, c1 = tap.x1 * v.stride_x;
-  return {{static_cast<T>(base[r0 + c0]), static_cast<T>(base[r0 + c1]),
-           static_cast<T>(base[r1 + c0]), static_cast<T>(base[r1 + c1])}};
+  return {{base + r0 + c0, base + r0 + c1, base + r1 + c0, base + r1 + c1}, v.stride_c};
 }
 
 /// One sample slot (Problem): which points array it reads, its row there and how many positions.
