@@ -129,75 +129,81 @@ void level_backward(const BackwardArgs& a, const Slot& slot, int tap, int t, con
   rotated_point_gradient<V>(taps, d_index_x, d_index_y, dr);
 }
 
-template <Variant V, class T>
-void geometry_backward(const BackwardArgs& a) {
-  const Problem& pb = a.problem;
-  const int64_t num_slots = pb.num_slots();
-  const int64_t chunks = (num_slots + kSlotsPerChunk - 1) / kSlotsPerChunk;
-  const int tilts = pb.num_tilts;
-  double* partials = static_cast<double*>(a.workspace);  // [chunks, T, 9]
-  const T h = static_cast<T>(pb.h);
-  const auto no_scatter = [](int64_t, const BilinearTap<T>(&)[3], const T(&)[3]) {};
-  parallel_for(0, chunks, kSlotsPerChunk * slot_work(pb), [&](int64_t chunk) {
-    double* partial = partials + chunk * tilts * 9;
-    std::fill(partial, partial + tilts * 9, 0.0);
-    const int64_t end = std::min(num_slots, (chunk + 1) * kSlotsPerChunk);
-    for (int64_t s = chunk * kSlotsPerChunk; s < end; ++s) {
-      const Slot slot = slot_of(s, pb.pts.rows);
-      T p[3], dp[3] = {0, 0, 0};
-      slot_point(pb, slot, p);
-      for (int t = 0; t < tilts; ++t) {
-        T R[9], dR[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-        rotation_of<V>(pb, t, R);
-        for (int tap = 0; tap < slot.num_positions; ++tap) {
-          T r[3], dr[3] = {0, 0, 0};
-          tap_position<V>(R, p, tap, h, r);
-          for (const Level& level : pb.levels) {
-            T dr_level[3];
-            level_backward<V>(a, slot, tap, t, level, r, dr_level, no_scatter);
-            dr[0] += dr_level[0], dr[1] += dr_level[1], dr[2] += dr_level[2];
-          }
-          accumulate_tap_gradient<V>(R, p, tap, h, dr, dR, dp);
-        }
-        for (int i = 0; i < 9; ++i) partial[t * 9 + i] += static_cast<double>(dR[i]);
-      }
-      void* grad = slot.is_tap_point ? a.grad_tap_pts : a.grad_pts;
-      if (grad != nullptr) {
-        const int64_t(&st)[2] = slot.is_tap_point ? a.grad_tap_pts_strides : a.grad_pts_strides;
-        T* row = static_cast<T*>(grad) + slot.row * st[0];
-        row[0] = dp[0], row[st[1]] = dp[1], row[2 * st[1]] = dp[2];
-      }
-    }
-  });
-  if (a.grad_rotations == nullptr) return;
-  for (int t = 0; t < tilts; ++t) {
-    for (int i = 0; i < 9; ++i) {
-      double sum = 0.0;
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += partials[(chunk * tilts + t) * 9 + i];
-      const int64_t(&st)[3] = a.grad_rotation_strides;
-      static_cast<T*>(a.grad_rotations)[t * st[0] + (i / 3) * st[1] + (i % 3) * st[2]] =
-          static_cast<T>(sum);
-    }
+// Note [CPU backward]
+// Plane gradients have owners: one per (level, tilt), or per (level, plane) when there are fewer
+// (level, tilt) pairs than threads. An owner clears its planes and adds every slot's shares in
+// slot order, so a cell's sum has the same order whatever the split or the thread count.
+// Point and rotation gradients are kept per (level, tilt) "set": each slot's dp share of the set,
+// and the set's dR summed over chunks of kSlotsPerChunk slots. With plane gradients wanted, the
+// owners keep them in the same pass (one pass over the samples instead of two); without, work
+// items of (set, chunk) do. Either way the partials are the same numbers, summed at the end in
+// the same fixed order, so the bits never depend on which gradients were requested.
+
+/// The fused pass's workspace: point partials [sets, slots, 3] (compute type), then rotation
+/// partials [sets, chunks, 9] (float64).
+template <class T>
+struct Partials {
+  T* points;
+  double* rotations;
+  int64_t sets, chunks;
+
+  static std::size_t point_bytes(const Problem& pb) {
+    const std::size_t bytes =
+        pb.levels.size() * static_cast<std::size_t>(pb.num_tilts) * pb.num_slots() * 3 * sizeof(T);
+    return (bytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
   }
+  static int64_t chunk_count(const Problem& pb) {
+    return (pb.num_slots() + kSlotsPerChunk - 1) / kSlotsPerChunk;
+  }
+  static std::size_t bytes(const Problem& pb) {
+    return point_bytes(pb) + pb.levels.size() * static_cast<std::size_t>(pb.num_tilts) *
+                                 chunk_count(pb) * 9 * sizeof(double);
+  }
+  static Partials in(void* workspace, const Problem& pb) {
+    return {static_cast<T*>(workspace),
+            reinterpret_cast<double*>(static_cast<char*>(workspace) + point_bytes(pb)),
+            static_cast<int64_t>(pb.levels.size()) * pb.num_tilts, chunk_count(pb)};
+  }
+};
+
+/// One slot's backward for one (level, tilt): its shares go to `scatter`; with `keep`, its dp
+/// share is stored and its dR added to `rotation_sum`.
+template <Variant V, class T, class Scatter>
+void slot_backward(const BackwardArgs& a, const Level& level, int t, const T (&R)[9], int64_t s,
+                   bool keep, T* dp_out, double (&rotation_sum)[9], const Scatter& scatter) {
+  const Problem& pb = a.problem;
+  const T h = static_cast<T>(pb.h);
+  const Slot slot = slot_of(s, pb.pts.rows);
+  T p[3], dp[3] = {0, 0, 0}, dR[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  slot_point(pb, slot, p);
+  for (int tap = 0; tap < slot.num_positions; ++tap) {
+    T r[3], dr[3];
+    tap_position<V>(R, p, tap, h, r);
+    level_backward<V>(a, slot, tap, t, level, r, dr, scatter);
+    if (keep) accumulate_tap_gradient<V>(R, p, tap, h, dr, dR, dp);
+  }
+  if (!keep) return;
+  dp_out[0] = dp[0], dp_out[1] = dp[1], dp_out[2] = dp[2];
+  for (int i = 0; i < 9; ++i) rotation_sum[i] += static_cast<double>(dR[i]);
 }
 
-/// Plane gradients: one owner per (level, tilt), or per (level, plane) when there are fewer
-/// (level, tilt) pairs than threads, clears its planes and adds every slot's shares in slot
-/// order. A cell's sum has the same order either way, so the bits do not depend on the split.
 template <Variant V, class T>
-void plane_backward(const BackwardArgs& a) {
+void owner_backward(const BackwardArgs& a, const Partials<T>& parts) {
   const Problem& pb = a.problem;
   const int tilts = pb.num_tilts;
+  const auto levels = static_cast<int64_t>(pb.levels.size());
+  const int64_t num_slots = pb.num_slots();
+  const bool geometry = a.wants_geometry();
   // Per-plane owners recompute the other two planes' samples (3× the work) to use more threads.
-  const int per_owner =
-      static_cast<int64_t>(pb.levels.size()) * tilts >= max_threads() ? 3 : 1;  // planes
+  const int per_owner = levels * tilts >= max_threads() ? 3 : 1;  // planes
   const int64_t owners_per_level = 3 * static_cast<int64_t>(tilts) / per_owner;
-  const int64_t owners = static_cast<int64_t>(pb.levels.size()) * owners_per_level;
-  const T h = static_cast<T>(pb.h);
-  parallel_for(0, owners, pb.num_slots() * slot_work(pb), [&](int64_t owner) {
-    const Level& level = pb.levels[owner / owners_per_level];
+  parallel_for(0, levels * owners_per_level, num_slots * slot_work(pb), [&](int64_t owner) {
+    const int64_t l = owner / owners_per_level;
+    const Level& level = pb.levels[l];
     const int64_t first = (owner % owners_per_level) * per_owner;  // first plane k owned
     const int t = static_cast<int>(first / 3);
+    const bool keep = geometry && first % 3 == 0;  // one owner per set keeps its geometry
+    const int64_t set = l * tilts + t;
     const PlaneView& gv = level.grad_view;
     T* grad = static_cast<T*>(level.grad);
     for (int64_t k = first; k < first + per_owner; ++k)
@@ -219,17 +225,73 @@ void plane_backward(const BackwardArgs& a) {
     };
     T R[9];
     rotation_of<V>(pb, t, R);
-    for (int64_t s = 0; s < pb.num_slots(); ++s) {
-      const Slot slot = slot_of(s, pb.pts.rows);
-      T p[3];
-      slot_point(pb, slot, p);
-      for (int tap = 0; tap < slot.num_positions; ++tap) {
-        T r[3], dr[3];
-        tap_position<V>(R, p, tap, h, r);
-        level_backward<V>(a, slot, tap, t, level, r, dr, scatter);
+    for (int64_t chunk = 0; chunk < parts.chunks; ++chunk) {
+      double rotation_sum[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+      const int64_t end = std::min(num_slots, (chunk + 1) * kSlotsPerChunk);
+      for (int64_t s = chunk * kSlotsPerChunk; s < end; ++s) {
+        slot_backward<V>(a, level, t, R, s, keep, parts.points + (set * num_slots + s) * 3,
+                         rotation_sum, scatter);
       }
+      if (keep)
+        std::copy(rotation_sum, rotation_sum + 9,
+                  parts.rotations + (set * parts.chunks + chunk) * 9);
     }
   });
+}
+
+/// The point and rotation partials alone, over (set, chunk) work items.
+template <Variant V, class T>
+void geometry_partials(const BackwardArgs& a, const Partials<T>& parts) {
+  const Problem& pb = a.problem;
+  const int64_t num_slots = pb.num_slots();
+  const auto no_scatter = [](int64_t, const BilinearTap<T>(&)[3], const T(&)[3]) {};
+  parallel_for(0, parts.sets * parts.chunks, kSlotsPerChunk * slot_work(pb), [&](int64_t item) {
+    const int64_t set = item / parts.chunks, chunk = item % parts.chunks;
+    const int t = static_cast<int>(set % pb.num_tilts);
+    const Level& level = pb.levels[set / pb.num_tilts];
+    T R[9];
+    rotation_of<V>(pb, t, R);
+    double rotation_sum[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t end = std::min(num_slots, (chunk + 1) * kSlotsPerChunk);
+    for (int64_t s = chunk * kSlotsPerChunk; s < end; ++s) {
+      slot_backward<V>(a, level, t, R, s, true, parts.points + (set * num_slots + s) * 3,
+                       rotation_sum, no_scatter);
+    }
+    std::copy(rotation_sum, rotation_sum + 9, parts.rotations + (set * parts.chunks + chunk) * 9);
+  });
+}
+
+/// grad_pts = Σ_sets of the point partials and grad_rotations[t] = Σ_levels Σ_chunks, in order.
+template <class T>
+void reduce_geometry(const BackwardArgs& a, const Partials<T>& parts) {
+  const Problem& pb = a.problem;
+  const int64_t num_slots = pb.num_slots();
+  parallel_for(0, num_slots, 3 * parts.sets, [&](int64_t s) {
+    const Slot slot = slot_of(s, pb.pts.rows);
+    void* out = slot.is_tap_point ? a.grad_tap_pts : a.grad_pts;
+    if (out == nullptr) return;
+    T dp[3] = {0, 0, 0};
+    for (int64_t set = 0; set < parts.sets; ++set) {
+      const T* in = parts.points + (set * num_slots + s) * 3;
+      dp[0] += in[0], dp[1] += in[1], dp[2] += in[2];
+    }
+    const int64_t(&st)[2] = slot.is_tap_point ? a.grad_tap_pts_strides : a.grad_pts_strides;
+    T* row = static_cast<T*>(out) + slot.row * st[0];
+    row[0] = dp[0], row[st[1]] = dp[1], row[2 * st[1]] = dp[2];
+  });
+  if (a.grad_rotations == nullptr) return;
+  const int tilts = pb.num_tilts;
+  for (int t = 0; t < tilts; ++t) {
+    for (int i = 0; i < 9; ++i) {
+      double sum = 0.0;
+      for (int64_t set = t; set < parts.sets; set += tilts)
+        for (int64_t chunk = 0; chunk < parts.chunks; ++chunk)
+          sum += parts.rotations[(set * parts.chunks + chunk) * 9 + i];
+      const int64_t(&st)[3] = a.grad_rotation_strides;
+      static_cast<T*>(a.grad_rotations)[t * st[0] + (i / 3) * st[1] + (i % 3) * st[2]] =
+          static_cast<T>(sum);
+    }
+  }
 }
 
 }  // namespace
@@ -243,18 +305,23 @@ void forward_cpu(const Problem& problem, const ForwardOutputs& out) {
 }
 
 std::size_t backward_workspace_cpu(const Problem& problem) {
-  const int64_t chunks = (problem.num_slots() + kSlotsPerChunk - 1) / kSlotsPerChunk;
-  return std::max<std::size_t>(
-      1, static_cast<std::size_t>(chunks) * problem.num_tilts * 9 * sizeof(double));
+  const std::size_t bytes = dispatch_float_types(problem.op, problem.dtype, [&](auto tag) {
+    return Partials<typename decltype(tag)::type>::bytes(problem);
+  });
+  return std::max<std::size_t>(1, bytes);
 }
-
 void backward_cpu(const BackwardArgs& args) {
   dispatch_float_types(args.problem.op, args.problem.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     visit_variant(args.problem.variant, [&](auto v) {
       constexpr Variant V = decltype(v)::value;
-      if (args.wants_geometry()) geometry_backward<V, T>(args);
-      if (args.wants_planes) plane_backward<V, T>(args);
+      const Partials<T> parts = Partials<T>::in(args.workspace, args.problem);
+      if (args.wants_planes) {
+        owner_backward<V, T>(args, parts);  // and the geometry partials in the same pass
+      } else if (args.wants_geometry()) {
+        geometry_partials<V, T>(args, parts);
+      }
+      if (args.wants_geometry()) reduce_geometry<T>(args, parts);
     });
   });
 }
