@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -188,6 +189,30 @@ def environment(device: torch.device) -> dict[str, Any]:
                    sm_count=props.multi_processor_count, l2_bytes=props.L2_cache_size,
                    memory_bytes=props.total_memory, capability=f"{props.major}.{props.minor}")
     return env
+
+
+def bench_parser(description: str | None) -> argparse.ArgumentParser:
+    """The flags every benchmark shares: --cpu, --quick, --compile/--no-compile and --out."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cpu", action="store_true", help="time the CPU path against CPU eager")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test only")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="time torch.compile baselines (default: on for CUDA, off for CPU)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
+                        help="directory for the JSON and markdown reports (default: bench/out)")
+    return parser
+
+
+def publish(out_dir: Path, stem: str, payload: dict[str, Any], markdown: str,
+            notes: Sequence[str]) -> None:
+    """Writes the report (failures appended), echoes the failures and paths to stderr and prints
+    the markdown."""
+    paths = write_report(out_dir, stem, payload,
+                         markdown + ("\n\nFailures:\n" + "\n".join(notes) if notes else ""))
+    for note in notes:
+        print(note, file=sys.stderr)
+    print("wrote " + ", ".join(map(str, paths)), file=sys.stderr, flush=True)
+    print(markdown)
 
 
 def fieldfuse_environment(device: torch.device) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -802,17 +801,11 @@ def summary(env: dict[str, Any], elapsed_s: float) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cpu", action="store_true", help="time the CPU path against CPU eager")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test only")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="time torch.compile baselines (default: on for CUDA, off for CPU)")
+    parser = tm.bench_parser(__doc__)
     parser.add_argument("--compile-production", action="store_true",
                         help="also compile the baseline at the production config (slow)")
     parser.add_argument("--no-step", dest="step", action="store_false",
                         help="skip the full training-step table")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
-                        help="directory for the JSON and markdown reports (default: bench/out)")
     args = parser.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
         parser.error("no CUDA device; pass --cpu to time the CPU path")
@@ -857,12 +850,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = {"env": env, "options": options, "elapsed_s": elapsed_s,
                "configs": [vars(cfg) | {"label": cfg.label} for cfg in args.configs],
                "rows": rows, "zero_fill": zero_fills, "full_step": step}
-    paths = tm.write_report(args.out, "kplanes", payload,
-                            markdown + ("\n\nFailures:\n" + "\n".join(notes) if notes else ""))
-    for note in notes:
-        print(note, file=sys.stderr)
-    print("wrote " + ", ".join(map(str, paths)), file=sys.stderr, flush=True)
-    print(markdown)
+    tm.publish(args.out, "kplanes", payload, markdown, notes)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -651,13 +650,7 @@ def summary(env: dict[str, Any], copy: dict[str, Any], entries: list[dict], comp
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cpu", action="store_true", help="time the CPU path against CPU eager")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test only")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="time torch.compile baselines (default: on for CUDA, off for CPU)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
-                        help="directory for the JSON and markdown reports (default: bench/out)")
+    parser = tm.bench_parser(__doc__)
     args = parser.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
         parser.error("no CUDA device; pass --cpu to time the CPU path")
@@ -696,12 +689,7 @@ def main(argv: list[str] | None = None) -> None:
                "configs": [vars(cfg) | {"label": cfg.label} for cfg in args.configs],
                "layouts": [{k: v for k, v in e.items() if k != "rows"} for e in entries],
                "rows": rows}
-    paths = tm.write_report(args.out, "render", payload,
-                            markdown + ("\n\nFailures:\n" + "\n".join(notes) if notes else ""))
-    for note in notes:
-        print(note, file=sys.stderr)
-    print("wrote " + ", ".join(map(str, paths)), file=sys.stderr, flush=True)
-    print(markdown)
+    tm.publish(args.out, "render", payload, markdown, notes)
 
 
 if __name__ == "__main__":
