@@ -14,6 +14,9 @@ namespace fieldfuse::detail {
 /// A double as messages print it: shortest round-trip-ish form ("0.3", "1e-09", "nan").
 std::string number_text(double value);
 
+/// An optional argument left out: a default-constructed TensorRef (0 dims, no data).
+inline bool is_absent(const TensorRef& t) { return t.ndim == 0 && t.data == nullptr; }
+
 /// Throws `Error(kind, op + "(): " + message)`.
 [[noreturn]] void fail(ErrorKind kind, const char* op, const std::string& message);
 

@@ -13,6 +13,7 @@ namespace fieldfuse {
 namespace {
 
 using detail::fail;
+using detail::is_absent;
 using detail::kplanes::BackwardArgs;
 using detail::kplanes::ForwardOutputs;
 using detail::kplanes::Level;
@@ -29,8 +30,6 @@ const char* forward_op(const KPlanesInputs& in) {
 const char* backward_op(const KPlanesInputs& in) {
   return in.variant == KPlanesVariant::Tilted ? "kplanes_tilted_backward" : "kplanes_backward";
 }
-
-bool is_absent(const TensorRef& t) { return t.ndim == 0 && t.data == nullptr; }
 
 bool is_16bit(DType d) { return d == DType::Float16 || d == DType::BFloat16; }
 

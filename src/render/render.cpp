@@ -13,14 +13,13 @@ namespace fieldfuse {
 namespace {
 
 using detail::fail;
+using detail::is_absent;
 using detail::render::LineIntegralArgs;
 using detail::render::Mat;
 using detail::render::RayBoxArgs;
 using detail::render::Rays;
 using detail::render::Vec;
 using detail::render::VolumeRenderArgs;
-
-bool absent(const TensorRef& t) { return t.ndim == 0 && t.data == nullptr; }
 
 /// A present tensor without elements may have a null data pointer; the drivers tell absent from
 /// present by the pointer, so such a tensor gets this (never dereferenced) address instead.
@@ -34,10 +33,10 @@ std::string dims(int64_t a, int64_t b) {
 }
 
 Vec vec(const TensorRef& t) {
-  return absent(t) ? Vec{} : Vec{data_of(t), t.ndim > 0 ? t.strides[0] : 0};
+  return is_absent(t) ? Vec{} : Vec{data_of(t), t.ndim > 0 ? t.strides[0] : 0};
 }
 Mat mat(const TensorRef& t) {
-  if (absent(t)) return {};
+  if (is_absent(t)) return {};
   return {data_of(t), t.strides[0], t.ndim > 1 ? t.strides[1] : 0};
 }
 
@@ -147,11 +146,11 @@ VolumeRenderArgs render_args(const char* op, const VolumeRenderInputs& in) {
   a.alpha_input = in.alpha_input;
   a.sigmas = vec(in.sigmas);
   a.rgbs = mat(in.rgbs);
-  if (!in.alpha_input || !absent(in.delta_ts)) {
+  if (!in.alpha_input || !is_absent(in.delta_ts)) {
     check_input(op, "delta_ts", in.delta_ts, in.sigmas, first, {n}, dims(n));
     a.delta_ts = vec(in.delta_ts);
   }
-  if (!absent(in.ts)) {
+  if (!is_absent(in.ts)) {
     check_input(op, "ts", in.ts, in.sigmas, first, {n}, dims(n));
     a.ts = vec(in.ts);
   }
@@ -164,7 +163,7 @@ VolumeRenderArgs render_args(const char* op, const VolumeRenderInputs& in) {
              detail::number_text(in.transmittance_thresh));
   }
   a.threshold = in.transmittance_thresh;
-  if (!absent(in.background)) {
+  if (!is_absent(in.background)) {
     const TensorRef& bg = in.background;
     if (bg.ndim == 1) {
       check_input(op, "background", bg, in.sigmas, first, {c}, dims(c) + " or [R, C]");
@@ -174,7 +173,7 @@ VolumeRenderArgs render_args(const char* op, const VolumeRenderInputs& in) {
       a.background = mat(bg);
     }
   }
-  if (!absent(in.prefix_transmittance)) {
+  if (!is_absent(in.prefix_transmittance)) {
     check_input(op, "prefix_transmittance", in.prefix_transmittance, in.sigmas, first, {r},
                 dims(r));
     a.prefix = vec(in.prefix_transmittance);
@@ -195,13 +194,13 @@ void volume_render_forward(const VolumeRenderInputs& in, const VolumeRenderOutpu
   a.rgb = mat(out.rgb);
   const auto optional_vector = [&](const char* arg, const TensorRef& t, int64_t size, DType dtype,
                                    Vec& into) {
-    if (absent(t)) return;
+    if (is_absent(t)) return;
     check_output(op, arg, t, in.sigmas, first, {size}, dims(size), dtype, sigmas, rgbs);
     detail::check_disjoint(op, arg, t, "rgb", out.rgb);
     into = vec(t);
   };
   optional_vector("opacity", out.opacity, r, a.dtype, a.opacity);
-  if (!absent(out.depth) && !a.ts.present()) {
+  if (!is_absent(out.depth) && !a.ts.present()) {
     fail(ErrorKind::Value, op, "the depth output needs ts (the sample depths), but ts is absent");
   }
   optional_vector("depth", out.depth, r, a.dtype, a.depth);
@@ -224,7 +223,7 @@ void volume_render_backward(const VolumeRenderInputs& in, const VolumeRenderGrad
   check_input(op, "grad_rgb", g.grad_rgb, in.sigmas, first, {r, c}, dims(r, c));
   a.grad_rgb = mat(g.grad_rgb);
   const auto upstream = [&](const char* arg, const TensorRef& t, int64_t size, Vec& into) {
-    if (absent(t)) return;
+    if (is_absent(t)) return;
     check_input(op, arg, t, in.sigmas, first, {size}, dims(size));
     into = vec(t);
   };
@@ -239,7 +238,7 @@ void volume_render_backward(const VolumeRenderInputs& in, const VolumeRenderGrad
       grad_rgb{"grad_rgb", &g.grad_rgb};
   const auto gradient = [&](const char* arg, const TensorRef& t,
                             std::initializer_list<int64_t> shape, const std::string& layout) {
-    if (absent(t)) return false;
+    if (is_absent(t)) return false;
     check_output(op, arg, t, in.sigmas, first, shape, layout, a.dtype, sigmas, rgbs, grad_rgb);
     return true;
   };
@@ -252,7 +251,7 @@ void volume_render_backward(const VolumeRenderInputs& in, const VolumeRenderGrad
     a.grad_delta_ts = vec(g.grad_delta_ts);
   }
   if (gradient("grad_ts", g.grad_ts, {n}, dims(n))) a.grad_ts = vec(g.grad_ts);
-  if (!absent(g.grad_background)) {
+  if (!is_absent(g.grad_background)) {
     // float32 is accepted too for 16-bit inputs (see VolumeRenderArgs::grad_background_float32).
     const bool wide = (a.dtype == DType::Float16 || a.dtype == DType::BFloat16) &&
                       g.grad_background.dtype == DType::Float32;
@@ -338,7 +337,7 @@ void line_integral_backward(const TensorRef& values, const TensorRef& delta_ts,
   a.out = mat(grad_out);
   const std::pair<const char*, const TensorRef*> v{"values", &values}, d{"delta_ts", &delta_ts},
       g{"grad_out", &grad_out};
-  if (!absent(grad_values)) {
+  if (!is_absent(grad_values)) {
     if (values.ndim == 1) {
       check_output(op, "grad_values", grad_values, values, "values", {n}, dims(n), a.dtype, v, d,
                    g);
@@ -348,7 +347,7 @@ void line_integral_backward(const TensorRef& values, const TensorRef& delta_ts,
     }
     a.grad_values = mat(grad_values);
   }
-  if (!absent(grad_delta_ts)) {
+  if (!is_absent(grad_delta_ts)) {
     check_output(op, "grad_delta_ts", grad_delta_ts, values, "values", {n}, dims(n), a.dtype, v, d,
                  g);
     a.grad_delta_ts = vec(grad_delta_ts);
@@ -396,7 +395,7 @@ RayBoxArgs box_args(const char* op, const TensorRef& origins, const TensorRef& d
 /// The sample layout: packed (offsets [R+1], N samples) or padded ([R, S]).
 void box_layout(const char* op, RayBoxArgs& a, const TensorRef& offsets, const TensorRef& ref,
                 int64_t samples_if_packed) {
-  if (absent(offsets)) return;
+  if (is_absent(offsets)) return;
   const Rays rays = check_offsets(op, offsets, ref, "origins", samples_if_packed);
   if (rays.count != a.num_rays) {
     fail(ErrorKind::Value, op,
@@ -506,7 +505,7 @@ void ray_box_samples_backward(const TensorRef& origins, const TensorRef& directi
   detail::check_dtype(op, "grad_points", grad_points, origins.dtype, "the dtype of origins");
   a.padded = a.offsets == nullptr;
   a.grad_points = sample_rows(op, "grad_points", grad_points, a, 1);
-  if (!absent(grad_delta_ts)) {
+  if (!is_absent(grad_delta_ts)) {
     detail::check_same_device(op, "grad_delta_ts", grad_delta_ts, "origins", origins);
     detail::check_dtype(op, "grad_delta_ts", grad_delta_ts, origins.dtype, "the dtype of origins");
     const Mat g = sample_rows(op, "grad_delta_ts", grad_delta_ts, a, 0);
@@ -514,12 +513,12 @@ void ray_box_samples_backward(const TensorRef& origins, const TensorRef& directi
   }
   const std::pair<const char*, const TensorRef*> o{"origins", &origins},
       d{"directions", &directions}, gp{"grad_points", &grad_points};
-  if (!absent(grad_origins)) {
+  if (!is_absent(grad_origins)) {
     check_output(op, "grad_origins", grad_origins, origins, "origins", {a.num_rays, 3},
                  dims(a.num_rays, 3), a.dtype, o, d, gp);
     a.grad_origins = mat(grad_origins);
   }
-  if (!absent(grad_directions)) {
+  if (!is_absent(grad_directions)) {
     check_output(op, "grad_directions", grad_directions, origins, "origins", {a.num_rays, 3},
                  dims(a.num_rays, 3), a.dtype, o, d, gp);
     a.grad_directions = mat(grad_directions);
