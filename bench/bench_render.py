@@ -5,7 +5,8 @@ Two ray layouts at the issue's size: R = 65 536 rays of 256 samples each, and R 
 lengths uniform in 1..512; C = 3 colour channels. Volume rendering is timed as inference (rgb and
 opacity under no_grad), inference with the per-sample weights, and training fwd+bwd; the line
 integral (scalar values) as fwd and fwd+bwd. The baselines are written here in plain PyTorch on
-the same packed inputs (the cumsum formulation and index_add_) and run eagerly, and on CUDA also
+the same packed inputs (the cumsum formulation, along [R, S] rows where every ray has S samples;
+index_add_ for ragged rays and for the line integral) and run eagerly, and on CUDA also
 under torch.compile.
 """
 
@@ -68,6 +69,9 @@ THRESHOLD = 0.0
 RENDER_PASSES = ("inference", "inference+weights", "fwd+bwd")
 # fieldfuse also timed with validate=True (its default: checks the offsets, one device sync).
 VALIDATED = "inference, validated"
+# fwd+bwd also replayed from a CUDA graph, fieldfuse and eager alike: device time without the
+# host's per-call overhead (Python, autograd, dispatch), which a graphed training step removes.
+GRAPHED = "fwd+bwd, CUDA graph"
 LINE_PASSES = ("fwd", "fwd+bwd")
 # torch.compile baselines (fp32 only): the passes the issue sets targets for, which keeps a full
 # CUDA run near two minutes (each pass and layout is its own static compile).
@@ -96,6 +100,7 @@ class Layout:
     offsets: Tensor  # [R + 1] int64
     ray_ids: Tensor  # [N] int64, eager only
     starts: Tensor  # [R] int64 first sample of each ray, clamped into [0, N), eager only
+    uniform: int | None  # samples per ray when every ray has as many (the eager [R, S] layout)
 
     @property
     def num_rays(self) -> int:
@@ -120,7 +125,8 @@ def make_layout(cfg: Config, device: torch.device) -> Layout:
     offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
     num_samples = int(offsets[-1])
     starts = offsets[:-1].clamp(max=max(num_samples - 1, 0))
-    return Layout(offsets, ray_ids_from(offsets, num_samples), starts)
+    return Layout(offsets, ray_ids_from(offsets, num_samples), starts,
+                  None if cfg.max_len else cfg.samples)
 
 
 def random_deltas(cfg: Config, n: int, device: torch.device) -> Tensor:
@@ -191,19 +197,29 @@ def make_line_sets(cfg: Config, layout: Layout, device: torch.device) -> list[Li
 
 
 def eager_volume_render(sigmas: Tensor, rgbs: Tensor, delta_ts: Tensor, ray_ids: Tensor,
-                        starts: Tensor, num_rays: int, weights: bool) -> tuple[Tensor, ...]:
-    """Packed emission-absorption rendering with cumsum and index_add_, no early termination.
+                        starts: Tensor, num_rays: int, weights: bool,
+                        uniform: int | None = None) -> tuple[Tensor, ...]:
+    """Emission-absorption rendering with cumsum, no early termination.
 
-    T_s = exp(−Σ σδ over the ray's samples before s): an exclusive prefix sum over all N samples,
-    minus its value at each ray's first sample. That prefix is accumulated in float64: over the
-    16.8 M samples here it grows to about 5·10⁵, where float32 loses each ray's share of it (1%
-    error in T on the CPU; the cumsum's backward sums over all later samples in the same way).
-    16-bit inputs are computed in float32, as a careful user would.
+    T_s = exp(−Σ σδ over the ray's samples before s). When every ray has `uniform` samples the
+    packed tensors are viewed as [R, S] and the exclusive prefix sum runs along each ray (the
+    common NeRF formulation, and the spec's baseline). Otherwise it runs over all N samples, minus
+    its value at each ray's first sample, and rgb and opacity are summed with index_add_; that
+    prefix is accumulated in float64: over the 16.8 M samples here it grows to about 5·10⁵, where
+    float32 loses each ray's share of it (1% error in T on the CPU; the cumsum's backward sums
+    over all later samples in the same way). 16-bit inputs are computed in float32, as a careful
+    user would.
     """
     dtype = sigmas.dtype
     if dtype in HALF_DTYPES:
         sigmas, rgbs, delta_ts = sigmas.float(), rgbs.float(), delta_ts.float()
     tau = sigmas * delta_ts
+    if uniform is not None:
+        tau = tau.view(num_rays, uniform)
+        w = -torch.expm1(-tau) * torch.exp(-(torch.cumsum(tau, 1) - tau))
+        rgb = (w[..., None] * rgbs.view(num_rays, uniform, -1)).sum(1)
+        out = (rgb.to(dtype), w.sum(1).to(dtype))
+        return out + (w.reshape(-1).to(dtype),) if weights else out
     before = torch.cumsum(tau, 0, dtype=torch.float64) - tau
     log_t = (before - before[starts][ray_ids]).to(tau.dtype)
     w = -torch.expm1(-tau) * torch.exp(-log_t)  # α·T, α = 1 − exp(−σδ)
@@ -236,7 +252,7 @@ def fieldfuse_render(weights: bool, validate: bool = False) -> Render:
 
 def baseline_render(fn: Callable, weights: bool) -> Render:
     return lambda s: fn(s.sigmas, s.rgbs, s.delta_ts, s.layout.ray_ids, s.layout.starts,
-                        s.layout.num_rays, weights)
+                        s.layout.num_rays, weights, s.layout.uniform)
 
 
 def fieldfuse_line(s: LineSet) -> Tensor:
@@ -316,6 +332,26 @@ def peak_mib(step: Callable, x: Any) -> float | None:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
+def graphed(step: Callable, inputs: Sequence) -> Callable:
+    """`step` captured in one CUDA graph per input set; the returned step replays the graph of
+    the set it is given. Warm-up calls run on a side stream first, as capture requires."""
+    graphs, outputs = {}, []
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for x in inputs:
+            for _ in range(2):
+                step(x)
+    torch.cuda.current_stream().wait_stream(side)
+    pool = torch.cuda.graph_pool_handle()
+    for x in inputs:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            outputs.append(step(x))  # kept alive: the graph writes into them
+        graphs[id(x)] = graph
+    return lambda x: graphs[id(x)].replay()
+
+
 def measure(step: Callable, inputs: Sequence, budget: tm.Budget) -> dict[str, Any]:
     """Time one implementation. Its first call (torch.compile's compile) is timed apart and one
     more call gives its peak memory. A failure becomes the result: the cell prints — or OOM."""
@@ -379,6 +415,7 @@ def render_floor(pass_name: str, n: int, r: int, c: int, itemsize: int) -> int:
     and opacity per ray; the weights add one write a sample; fwd+bwd is that forward, plus a
     backward that reads σ, δ, rgb again and ∂rgb per ray and writes ∂σ and ∂rgb (C + 1 a
     sample). Offsets (int64) are read once per kernel."""
+    pass_name = "fwd+bwd" if pass_name == GRAPHED else pass_name
     per_sample = {"inference": c + 2, "inference+weights": c + 3, VALIDATED: c + 2,
                   "fwd+bwd": 2 * (c + 2) + c + 1}[pass_name]
     per_ray = c + 1 + (c if pass_name == "fwd+bwd" else 0)
@@ -388,7 +425,7 @@ def render_floor(pass_name: str, n: int, r: int, c: int, itemsize: int) -> int:
 
 def line_floor(pass_name: str, n: int, r: int, itemsize: int) -> int:
     """fwd reads v and δ and writes P; the backward reads δ and ∂P and writes ∂v."""
-    per_sample, per_ray, kernels = (2, 1, 1) if pass_name == "fwd" else (4, 2, 2)
+    per_sample, per_ray, kernels = (2, 1, 1) if pass_name == "fwd" else (4, 2, 2)  # or GRAPHED
     return (per_sample * n + per_ray * r) * itemsize + kernels * 8 * (r + 1)
 
 
@@ -440,6 +477,13 @@ def run_family(fam: Family, cfg: Config, sets: Sequence, dtype: torch.dtype,
         results = {name: measure(step, sets, args.budget) if step else {"stats": None}
                    for name, step in steps.items()}
         passes = [(pass_name, steps["fieldfuse"], results)]
+        if pass_name == "fwd+bwd" and s0.device.type == "cuda":
+            replays = {name: attempt(lambda step=step: graphed(step, sets))
+                       for name, step in steps.items() if step and name != "compile"}
+            passes.append((GRAPHED, steps["fieldfuse"], {
+                name: (measure(replay, sets, args.budget) if error is None
+                       else {"stats": None, "error": error})
+                for name, (replay, error) in replays.items()} | {"compile": {"stats": None}}))
         if extra_validated and pass_name == "inference":
             # fieldfuse's default validate=True; the baselines' timings are shared with the row
             # above (they validate nothing).
@@ -561,8 +605,12 @@ def target_table(rows: list[dict], configs: Sequence[Config]) -> str:
               f"volume render inference ≥ {TARGET_PCT_COPY:.0f}% of copy bandwidth at 20 B/sample"),
              (("volume_render", "fwd+bwd"),
               f"volume render fwd+bwd ≥ {TARGET_VS_EAGER:.0f}× eager"),
+             (("volume_render", GRAPHED),
+              f"volume render fwd+bwd ≥ {TARGET_VS_EAGER:.0f}× eager, both CUDA-graphed"),
              (("line_integral", "fwd+bwd"), f"line integral fwd+bwd ≥ {TARGET_VS_EAGER:.0f}× "
-              "index_add_"))
+              "index_add_"),
+             (("line_integral", GRAPHED), f"line integral fwd+bwd ≥ {TARGET_VS_EAGER:.0f}× "
+              "index_add_, both CUDA-graphed"))
     body = []
     for (family, pass_name), goal in goals:
         for cfg in configs:
@@ -577,7 +625,8 @@ def target_table(rows: list[dict], configs: Sequence[Config]) -> str:
                 value = row["speedup_vs_eager"]
                 met = value and value >= TARGET_VS_EAGER
                 measured = tm.fmt(value, ".1f", "× eager")
-            spec = SPEC_EAGER_MS[(family, pass_name)] if cfg.max_len is None else None
+            spec_pass = "fwd+bwd" if pass_name == GRAPHED else pass_name
+            spec = SPEC_EAGER_MS[(family, spec_pass)] if cfg.max_len is None else None
             body.append([goal, row["label"], ms_cell(row["results"]["fieldfuse"]), measured,
                          tm.MISSING if value is None else ("yes" if met else "no"),
                          ms_cell(row["results"]["eager"]), tm.fmt_num(spec),
@@ -630,12 +679,19 @@ def summary(env: dict[str, Any], copy: dict[str, Any], entries: list[dict], comp
             "fieldfuse with threshold 0 stops a ray only where T reaches exactly 0, so both "
             "composite every sample. fieldfuse is called with `validate=False` (the "
             f"`{VALIDATED}` row shows its default, which checks the offsets, on CUDA with a "
-            "device sync) and without ts (no depth). Training: loss = Σ rgb·g (g random), "
+            "device sync) and without ts (no depth). The "
+            f"`{GRAPHED}` rows replay the same training step, fieldfuse's and eager's alike, from "
+            "a CUDA graph captured per input set: device time without the host's per-step "
+            "overhead (Python, autograd, op dispatch), which otherwise bounds a step this short. "
+            "Training: loss = Σ rgb·g (g random), "
             "gradients to σ and rgb; line integral: Σ P·g, gradient to the values.\n\n"
-            "Eager (written here, plain PyTorch on the packed tensors): τ = σδ; an exclusive "
-            "cumsum of τ over all N samples in float64, minus its value at each ray's first "
-            "sample, gives log T; w = −expm1(−τ)·exp(−log T); rgb and opacity by index_add_ "
-            "over per-sample ray ids. bf16 inputs are upcast to fp32. The ray ids and ray starts "
+            "Eager (written here, plain PyTorch): τ = σδ and w = −expm1(−τ)·exp(−log T), with "
+            "log T the exclusive prefix sum of τ along the ray. Uniform rays: the packed tensors "
+            "viewed as [R, S], a cumsum along each ray, and sums over it (the spec's cumsum "
+            "formulation). Ragged rays: a cumsum over all N samples in float64 minus its value "
+            "at each ray's first sample, and rgb and opacity by index_add_ over per-sample ray "
+            "ids. bf16 inputs are upcast to fp32. The line integral is index_add_ of v·δ over "
+            "the ray ids. The ray ids and ray starts "
             "are built once per layout, outside the timed calls (repeat_interleave over the "
             f"offsets: {ray_ids}). compile: {compile_note}.\n\n"
             "Floors (bytes per sample, fp32; per-ray terms — offsets, rgb, opacity, ∂rgb — are "

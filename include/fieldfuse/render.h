@@ -53,6 +53,10 @@ struct VolumeRenderOutputs {
   TensorRef weights;        ///< [N]
   TensorRef total_samples;  ///< [R] int64
   TensorRef transmittance;  ///< [R] the final T
+  /// [R, 4] float64: what the backward needs of the march (Note [ray state] in
+  /// src/render/render_ray.h). Hand it to volume_render_backward with the same inputs and it
+  /// skips re-marching every ray.
+  TensorRef ray_state;
 };
 
 void volume_render_forward(const VolumeRenderInputs& inputs, const VolumeRenderOutputs& outputs,
@@ -67,6 +71,9 @@ struct VolumeRenderGradients {
   TensorRef grad_depth;          ///< [R]
   TensorRef grad_weights;        ///< [N]
   TensorRef grad_transmittance;  ///< [R]
+  /// [R, 4] float64 from the forward with these same inputs, or absent (the backward then
+  /// re-marches the rays to find it).
+  TensorRef ray_state;
 
   TensorRef grad_sigmas;      ///< [N] (∂L/∂α with alpha_input)
   TensorRef grad_rgbs;        ///< [N, C]

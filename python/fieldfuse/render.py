@@ -87,10 +87,17 @@ class RenderOutput(NamedTuple):
     transmittance: Tensor | None  # [R], the final T
 
 
+# Columns of the per-ray state a training forward hands its backward (Note [ray state] in
+# src/render/render_ray.h).
+_RAY_STATE_FIELDS = 4
+
+
 def _render_outputs(sigmas: Tensor, rgbs: Tensor, offsets: Tensor, wants: list[bool]):
+    """rgb, then opacity, depth, weights, total_samples, transmittance and the ray state, each
+    0-element where not wanted."""
     r, n, c = offsets.shape[0] - 1, sigmas.shape[0], rgbs.shape[1]
-    shapes = ((r,), (r,), (n,), (r,), (r,))
-    dtypes = (sigmas.dtype, sigmas.dtype, sigmas.dtype, torch.int64, sigmas.dtype)
+    shapes = ((r,), (r,), (n,), (r,), (r,), (r, _RAY_STATE_FIELDS))
+    dtypes = (sigmas.dtype, sigmas.dtype, sigmas.dtype, torch.int64, sigmas.dtype, torch.float64)
     rest = [
         sigmas.new_empty(shape, dtype=dtype) if want else _empty(sigmas)
         for want, shape, dtype in zip(wants, shapes, dtypes, strict=True)
@@ -110,7 +117,7 @@ def volume_render_forward(
     prefix: Tensor | None,
     alpha_input: bool,
     wants: list[bool],
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     outs = _render_outputs(sigmas, rgbs, offsets, wants)
     optional = [dl(o) if want else None for o, want in zip(outs[1:], wants, strict=True)]
     _C.volume_render_forward(
@@ -148,6 +155,7 @@ def volume_render_backward(
     grad_depth: Tensor | None,
     grad_weights: Tensor | None,
     grad_transmittance: Tensor | None,
+    ray_state: Tensor | None,
     sigmas: Tensor,
     rgbs: Tensor,
     delta_ts: Tensor | None,
@@ -166,25 +174,27 @@ def volume_render_backward(
     _C.volume_render_backward(
         dl(sigmas), alpha_input, dl(rgbs), _opt(delta_ts), _opt(ts), dl(offsets), threshold,
         _opt(background), _opt(prefix), dl(grad_rgb), _opt(grad_opacity), _opt(grad_depth),
-        _opt(grad_weights), _opt(grad_transmittance), *out, stream_of(sigmas),
+        _opt(grad_weights), _opt(grad_transmittance), _opt(ray_state), *out, stream_of(sigmas),
     )
     return grads
 
 
 @volume_render_backward.register_fake
-def _(grad_rgb, grad_opacity, grad_depth, grad_weights, grad_transmittance, sigmas, rgbs,
-      delta_ts, ts, offsets, threshold, background, prefix, alpha_input, wants):
+def _(grad_rgb, grad_opacity, grad_depth, grad_weights, grad_transmittance, ray_state, sigmas,
+      rgbs, delta_ts, ts, offsets, threshold, background, prefix, alpha_input, wants):
     return _render_gradients(sigmas, rgbs, delta_ts, ts, background, prefix, offsets, wants)
 
 
 def _setup_render(ctx, inputs, output):
     sigmas, rgbs, delta_ts, ts, offsets, threshold, background, prefix, alpha_input, wants = inputs
     ctx.threshold, ctx.alpha_input, ctx.output_wants = threshold, alpha_input, wants
-    ctx.save_for_backward(sigmas, rgbs, delta_ts, ts, offsets, background, prefix)
+    state = output[6] if wants[5] else None
+    ctx.save_for_backward(sigmas, rgbs, delta_ts, ts, offsets, background, prefix, state)
 
 
-def _render_grad(ctx, grad_rgb, grad_opacity, grad_depth, grad_weights, _grad_total, grad_trans):
-    sigmas, rgbs, delta_ts, ts, offsets, background, prefix = ctx.saved_tensors
+def _render_grad(ctx, grad_rgb, grad_opacity, grad_depth, grad_weights, _grad_total, grad_trans,
+                 _grad_state):
+    sigmas, rgbs, delta_ts, ts, offsets, background, prefix, state = ctx.saved_tensors
     needs = ctx.needs_input_grad
     wants = [needs[0], needs[1], needs[2] and not ctx.alpha_input, needs[3], needs[6], needs[7]]
     if not any(wants):
@@ -197,7 +207,7 @@ def _render_grad(ctx, grad_rgb, grad_opacity, grad_depth, grad_weights, _grad_to
                     (ctx.output_wants[0], ctx.output_wants[1], ctx.output_wants[2],
                      ctx.output_wants[4]), strict=True)]
     grads = volume_render_backward(
-        grad_rgb, *upstream, sigmas, rgbs, delta_ts, ts, offsets, ctx.threshold, background,
+        grad_rgb, *upstream, state, sigmas, rgbs, delta_ts, ts, offsets, ctx.threshold, background,
         prefix, ctx.alpha_input, [bool(w) for w in wants],
     )
     g_sigmas, g_rgbs, g_delta, g_ts, g_bg, g_prefix = (
@@ -233,11 +243,16 @@ def _render(op, sigmas, rgbs, delta_ts, ts, offsets, thresh, background, prefix,
         _check_offsets(op, offsets, sigmas.shape[0])
     if depth and ts is None:
         depth = False  # depth needs the sample depths
-    wants = [True, bool(depth), bool(weights), bool(total_samples), bool(transmittance)]
+    # A forward that autograd will differentiate also writes the ray state, which spares its
+    # backward a second march over σ and δ. Not an output: the results are the same either way.
+    differentiable = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (sigmas, rgbs, delta_ts, ts, background, prefix))
+    wants = [True, bool(depth), bool(weights), bool(total_samples), bool(transmittance),
+             differentiable]
     outs = volume_render_forward(sigmas, rgbs, delta_ts, ts, offsets, float(thresh), background,
                                  prefix, alpha_input, wants)
     return RenderOutput(outs[0], outs[1], *(o if w else None
-                                            for o, w in zip(outs[2:], wants[1:], strict=True)))
+                                            for o, w in zip(outs[2:6], wants[1:5], strict=True)))
 
 
 def volume_render(

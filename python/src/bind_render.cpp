@@ -50,7 +50,7 @@ void bind_render(nb::module_& m) {
          const OptionalArray& background, const OptionalArray& prefix, const Array& rgb,
          const OptionalArray& opacity, const OptionalArray& depth, const OptionalArray& weights,
          const OptionalArray& total_samples, const OptionalArray& transmittance,
-         std::uintptr_t stream) {
+         const OptionalArray& ray_state, std::uintptr_t stream) {
         constexpr const char* op = "volume_render";
         const VolumeRenderInputs in = render_inputs(sigmas, alpha_input, rgbs, delta_ts, ts,
                                                     offsets, threshold, background, prefix, op);
@@ -61,6 +61,7 @@ void bind_render(nb::module_& m) {
         out.weights = ref(weights, op, "weights");
         out.total_samples = ref(total_samples, op, "total_samples");
         out.transmittance = ref(transmittance, op, "transmittance");
+        out.ray_state = ref(ray_state, op, "ray_state");
         nb::gil_scoped_release release;
         volume_render_forward(in, out, to_stream(stream));
       },
@@ -69,7 +70,7 @@ void bind_render(nb::module_& m) {
       "threshold"_a, "background"_a.noconvert().none(), "prefix"_a.noconvert().none(),
       "rgb"_a.noconvert(), "opacity"_a.noconvert().none(), "depth"_a.noconvert().none(),
       "weights"_a.noconvert().none(), "total_samples"_a.noconvert().none(),
-      "transmittance"_a.noconvert().none(), "stream"_a);
+      "transmittance"_a.noconvert().none(), "ray_state"_a.noconvert().none(), "stream"_a);
 
   m.def(
       "volume_render_backward",
@@ -78,10 +79,10 @@ void bind_render(nb::module_& m) {
          const OptionalArray& background, const OptionalArray& prefix, const Array& grad_rgb,
          const OptionalArray& grad_opacity, const OptionalArray& grad_depth,
          const OptionalArray& grad_weights, const OptionalArray& grad_transmittance,
-         const OptionalArray& grad_sigmas, const OptionalArray& grad_rgbs,
-         const OptionalArray& grad_delta_ts, const OptionalArray& grad_ts,
-         const OptionalArray& grad_background, const OptionalArray& grad_prefix,
-         std::uintptr_t stream) {
+         const OptionalArray& ray_state, const OptionalArray& grad_sigmas,
+         const OptionalArray& grad_rgbs, const OptionalArray& grad_delta_ts,
+         const OptionalArray& grad_ts, const OptionalArray& grad_background,
+         const OptionalArray& grad_prefix, std::uintptr_t stream) {
         constexpr const char* op = "volume_render_backward";
         const VolumeRenderInputs in = render_inputs(sigmas, alpha_input, rgbs, delta_ts, ts,
                                                     offsets, threshold, background, prefix, op);
@@ -91,6 +92,7 @@ void bind_render(nb::module_& m) {
         g.grad_depth = ref(grad_depth, op, "grad_depth");
         g.grad_weights = ref(grad_weights, op, "grad_weights");
         g.grad_transmittance = ref(grad_transmittance, op, "grad_transmittance");
+        g.ray_state = ref(ray_state, op, "ray_state");
         g.grad_sigmas = ref(grad_sigmas, op, alpha_input ? "grad_alphas" : "grad_sigmas");
         g.grad_rgbs = ref(grad_rgbs, op, "grad_rgbs");
         g.grad_delta_ts = ref(grad_delta_ts, op, "grad_delta_ts");
@@ -105,10 +107,10 @@ void bind_render(nb::module_& m) {
       "threshold"_a, "background"_a.noconvert().none(), "prefix"_a.noconvert().none(),
       "grad_rgb"_a.noconvert(), "grad_opacity"_a.noconvert().none(),
       "grad_depth"_a.noconvert().none(), "grad_weights"_a.noconvert().none(),
-      "grad_transmittance"_a.noconvert().none(), "grad_sigmas"_a.noconvert().none(),
-      "grad_rgbs"_a.noconvert().none(), "grad_delta_ts"_a.noconvert().none(),
-      "grad_ts"_a.noconvert().none(), "grad_background"_a.noconvert().none(),
-      "grad_prefix"_a.noconvert().none(), "stream"_a);
+      "grad_transmittance"_a.noconvert().none(), "ray_state"_a.noconvert().none(),
+      "grad_sigmas"_a.noconvert().none(), "grad_rgbs"_a.noconvert().none(),
+      "grad_delta_ts"_a.noconvert().none(), "grad_ts"_a.noconvert().none(),
+      "grad_background"_a.noconvert().none(), "grad_prefix"_a.noconvert().none(), "stream"_a);
 
   m.def(
       "line_integral_forward",

@@ -9,12 +9,14 @@
 #include <type_traits>
 
 #include "core/cuda_launch.cuh"
+#include "core/warp.cuh"
 #include "kplanes/kplanes_drivers.h"
 
 namespace fieldfuse::detail::kplanes {
 namespace {
 
 using cuda::compute_t;
+using cuda::group_sum;
 
 constexpr int kThreads = 128;
 /// Channels a thread handles per step: one 16-byte load of float32 channels-last corners.
@@ -238,16 +240,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 /// The accumulator type of a plane gradient: the plane dtype, or float32 for 16-bit planes.
 template <class S>
 using accumulator_t = compute_t<S>;
-
-/// Sum of v over the `1 << lanes_log2` lanes of an aligned group, in a fixed butterfly order (every
-/// lane gets the total).
-template <class T>
-__device__ FF_FORCE_INLINE T group_sum(T v, int lanes_log2) {
-  for (int offset = 1; offset < (1 << lanes_log2); offset <<= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
 
 template <Variant V, class S, class G, bool kScatter>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)

@@ -14,6 +14,7 @@ namespace {
 
 using detail::fail;
 using detail::is_absent;
+using detail::render::kRayStateFields;
 using detail::render::LineIntegralArgs;
 using detail::render::Mat;
 using detail::render::RayBoxArgs;
@@ -207,6 +208,12 @@ void volume_render_forward(const VolumeRenderInputs& in, const VolumeRenderOutpu
   optional_vector("weights", out.weights, n, a.dtype, a.weights);
   optional_vector("total_samples", out.total_samples, r, DType::Int64, a.total_samples);
   optional_vector("transmittance", out.transmittance, r, a.dtype, a.transmittance);
+  if (!is_absent(out.ray_state)) {
+    check_output(op, "ray_state", out.ray_state, in.sigmas, first, {r, kRayStateFields},
+                 dims(r, kRayStateFields), DType::Float64, sigmas, rgbs);
+    detail::check_disjoint(op, "ray_state", out.ray_state, "rgb", out.rgb);
+    a.ray_state = mat(out.ray_state);
+  }
   a.stream = stream;
 #if FIELDFUSE_WITH_CUDA
   if (a.device.is_cuda()) return detail::render::volume_render_forward_cuda(a);
@@ -231,6 +238,14 @@ void volume_render_backward(const VolumeRenderInputs& in, const VolumeRenderGrad
   upstream("grad_depth", g.grad_depth, r, a.grad_depth);
   upstream("grad_weights", g.grad_weights, n, a.grad_weights);
   upstream("grad_transmittance", g.grad_transmittance, r, a.grad_transmittance);
+  if (!is_absent(g.ray_state)) {
+    detail::check_storage(op, "ray_state", g.ray_state);
+    detail::check_shape(op, "ray_state", g.ray_state, {r, kRayStateFields},
+                        dims(r, kRayStateFields).c_str());
+    detail::check_same_device(op, "ray_state", g.ray_state, first, in.sigmas);
+    detail::check_dtype(op, "ray_state", g.ray_state, DType::Float64, "float64");
+    a.ray_state = mat(g.ray_state);
+  }
   if (a.grad_depth.present() && !a.ts.present()) {
     fail(ErrorKind::Value, op, "grad_depth needs ts (the sample depths), but ts is absent");
   }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA driver of the render family: one thread per ray runs the per-ray routine of render_ray.h
-// (the same code the CPU driver runs), so both devices march every ray in sample order with
-// float64 accumulators and no atomics.
+// CUDA driver of the render family. Volume rendering and line integrals run one warp per ray
+// (render_warp.cuh, Note [warp march]); ray-box sampling, a few dozen flops per ray against a
+// stream of samples, runs the per-ray routine of render_ray.h on one thread per ray, as the CPU
+// does. Nothing uses atomics, so every result is deterministic.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -10,6 +11,7 @@
 #include "core/cuda_launch.cuh"
 #include "render/render_drivers.h"
 #include "render/render_ray.h"
+#include "render/render_warp.cuh"
 
 namespace fieldfuse::detail::render {
 
@@ -17,59 +19,81 @@ namespace fieldfuse::detail::render {
 // to double ambiguous).
 template <>
 struct Widen<__half> {
-  FF_HOST_DEVICE FF_FORCE_INLINE static double of(__half x) {
-    return static_cast<double>(__half2float(x));
+  template <class T = double>
+  FF_HOST_DEVICE FF_FORCE_INLINE static T of(__half x) {
+    return static_cast<T>(__half2float(x));
   }
 };
 template <>
 struct Widen<__nv_bfloat16> {
-  FF_HOST_DEVICE FF_FORCE_INLINE static double of(__nv_bfloat16 x) {
-    return static_cast<double>(__bfloat162float(x));
+  template <class T = double>
+  FF_HOST_DEVICE FF_FORCE_INLINE static T of(__nv_bfloat16 x) {
+    return static_cast<T>(__bfloat162float(x));
   }
 };
 
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kWarpsPerBlock = kThreads / cuda::kWarpSize;
 
-/// A per-ray routine as a functor type, so one kernel template launches each.
-#define FIELDFUSE_RAY_FUNCTOR(name, routine, Args)                         \
+/// A per-ray routine as a functor type, so one kernel template launches each; `call` names the
+/// routine's instance for storage type S. kMinBlocks is the resident blocks of 128 threads per SM
+/// the register allocation must allow: 8 (64 registers) for the streaming routines, which gain
+/// from more warps in flight; 5 (102 registers) for the render backward, which spilled under 64
+/// and ran 1.5× slower (H100); 1 (no cap) for ray-box sampling.
+#define FIELDFUSE_RAY_FUNCTOR(name, min_blocks, Args, ...)                 \
   struct name {                                                            \
+    static constexpr int kMinBlocks = min_blocks;                          \
     template <class S>                                                     \
     __device__ FF_FORCE_INLINE static void run(const Args& a, int64_t r) { \
-      routine<S>(a, r);                                                    \
+      __VA_ARGS__(a, r);                                                   \
     }                                                                      \
   };
 
-FIELDFUSE_RAY_FUNCTOR(RenderForward, render_ray_forward, VolumeRenderArgs)
-FIELDFUSE_RAY_FUNCTOR(RenderBackward, render_ray_backward, VolumeRenderArgs)
-FIELDFUSE_RAY_FUNCTOR(LineForward, line_integral_ray_forward, LineIntegralArgs)
-FIELDFUSE_RAY_FUNCTOR(LineBackward, line_integral_ray_backward, LineIntegralArgs)
-FIELDFUSE_RAY_FUNCTOR(BoxCount, ray_box_count, RayBoxArgs)
-FIELDFUSE_RAY_FUNCTOR(BoxFill, ray_box_fill, RayBoxArgs)
-FIELDFUSE_RAY_FUNCTOR(BoxGradient, ray_box_gradient, RayBoxArgs)
+FIELDFUSE_RAY_FUNCTOR(RenderForward, 8, VolumeRenderArgs, render_ray_forward_warp<S, false>)
+FIELDFUSE_RAY_FUNCTOR(RenderForwardKeepingState, 8, VolumeRenderArgs,
+                      render_ray_forward_warp<S, true>)
+FIELDFUSE_RAY_FUNCTOR(RenderBackward, 5, VolumeRenderArgs, render_ray_backward_warp<S>)
+FIELDFUSE_RAY_FUNCTOR(LineForwardScalar, 8, LineIntegralArgs, line_integral_ray_forward_warp<S, 1>)
+FIELDFUSE_RAY_FUNCTOR(LineForward, 8, LineIntegralArgs,
+                      line_integral_ray_forward_warp<S, kChannelBlock>)
+FIELDFUSE_RAY_FUNCTOR(LineBackward, 8, LineIntegralArgs, line_integral_ray_backward_warp<S>)
+FIELDFUSE_RAY_FUNCTOR(BoxCount, 1, RayBoxArgs, ray_box_count<S>)
+FIELDFUSE_RAY_FUNCTOR(BoxFill, 1, RayBoxArgs, ray_box_fill<S>)
+FIELDFUSE_RAY_FUNCTOR(BoxGradient, 1, RayBoxArgs, ray_box_gradient<S>)
 #undef FIELDFUSE_RAY_FUNCTOR
 
-template <class Routine, class S, class Args>
-__global__ void __launch_bounds__(kThreads) ray_kernel(const Args a, int64_t rays) {
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; r < rays;
-       r += static_cast<int64_t>(gridDim.x) * kThreads) {
+/// Who runs a ray: one thread, or a whole warp (every lane of it calls the routine together).
+enum class Mapping { kThreadPerRay, kWarpPerRay };
+
+template <class Routine, Mapping M, class S, class Args>
+__global__ void __launch_bounds__(kThreads, Routine::kMinBlocks)
+    ray_kernel(const Args a, int64_t rays) {
+  constexpr int kPerBlock = M == Mapping::kWarpPerRay ? kWarpsPerBlock : kThreads;
+  const int worker = M == Mapping::kWarpPerRay ? static_cast<int>(threadIdx.x) / cuda::kWarpSize
+                                               : static_cast<int>(threadIdx.x);
+  // r is the same in every lane of a warp-per-ray worker, so whole warps enter and leave the loop.
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kPerBlock + worker; r < rays;
+       r += static_cast<int64_t>(gridDim.x) * kPerBlock) {
     Routine::template run<S>(a, r);
   }
 }
 
 /// Launches `Routine` over `rays` rays on the args' stream, dispatching the storage dtype.
-template <class Routine, class Args>
+template <class Routine, Mapping M, class Args>
 void launch(const Args& a, int64_t rays, const char* kernel) {
   if (rays == 0) return;
   cuda::ProfileRange range(a.op);
   cuda::DeviceGuard guard(a.device.index, a.op);
   const auto stream = static_cast<cudaStream_t>(a.stream.handle);
-  const auto blocks = static_cast<unsigned>(
-      cuda::ceil_div(rays, kThreads) < 65536 * 8 ? cuda::ceil_div(rays, kThreads) : 65536 * 8);
+  const int64_t per_block = M == Mapping::kWarpPerRay ? kWarpsPerBlock : kThreads;
+  // Past a few hundred thousand blocks the grid-stride loop covers the rest.
+  const int64_t needed = cuda::ceil_div(rays, per_block);
+  const auto blocks = static_cast<unsigned>(needed < 65536 * 8 ? needed : 65536 * 8);
   cuda::dispatch_float_types(a.op, a.dtype, [&](auto tag) {
     using S = typename decltype(tag)::type;
-    ray_kernel<Routine, S><<<blocks, kThreads, 0, stream>>>(a, rays);
+    ray_kernel<Routine, M, S><<<blocks, kThreads, 0, stream>>>(a, rays);
     cuda::check_launch(a.op, kernel, stream);
   });
 }
@@ -77,21 +101,34 @@ void launch(const Args& a, int64_t rays, const char* kernel) {
 }  // namespace
 
 void volume_render_forward_cuda(const VolumeRenderArgs& a) {
-  launch<RenderForward>(a, a.rays.count, "render_forward");
+  if (a.ray_state.present()) {
+    launch<RenderForwardKeepingState, Mapping::kWarpPerRay>(a, a.rays.count, "render_forward");
+  } else {
+    launch<RenderForward, Mapping::kWarpPerRay>(a, a.rays.count, "render_forward");
+  }
 }
 void volume_render_backward_cuda(const VolumeRenderArgs& a) {
-  launch<RenderBackward>(a, a.rays.count, "render_backward");
+  launch<RenderBackward, Mapping::kWarpPerRay>(a, a.rays.count, "render_backward");
 }
 void line_integral_forward_cuda(const LineIntegralArgs& a) {
-  launch<LineForward>(a, a.rays.count, "line_integral_forward");
+  // Scalar values (the tomography case) get a kernel without the channel block's registers.
+  if (a.channels == 1) {
+    launch<LineForwardScalar, Mapping::kWarpPerRay>(a, a.rays.count, "line_integral_forward");
+  } else {
+    launch<LineForward, Mapping::kWarpPerRay>(a, a.rays.count, "line_integral_forward");
+  }
 }
 void line_integral_backward_cuda(const LineIntegralArgs& a) {
-  launch<LineBackward>(a, a.rays.count, "line_integral_backward");
+  launch<LineBackward, Mapping::kWarpPerRay>(a, a.rays.count, "line_integral_backward");
 }
-void ray_box_counts_cuda(const RayBoxArgs& a) { launch<BoxCount>(a, a.num_rays, "ray_box_counts"); }
-void ray_box_forward_cuda(const RayBoxArgs& a) { launch<BoxFill>(a, a.num_rays, "ray_box_fill"); }
+void ray_box_counts_cuda(const RayBoxArgs& a) {
+  launch<BoxCount, Mapping::kThreadPerRay>(a, a.num_rays, "ray_box_counts");
+}
+void ray_box_forward_cuda(const RayBoxArgs& a) {
+  launch<BoxFill, Mapping::kThreadPerRay>(a, a.num_rays, "ray_box_fill");
+}
 void ray_box_backward_cuda(const RayBoxArgs& a) {
-  launch<BoxGradient>(a, a.num_rays, "ray_box_gradient");
+  launch<BoxGradient, Mapping::kThreadPerRay>(a, a.num_rays, "ray_box_gradient");
 }
 
 }  // namespace fieldfuse::detail::render

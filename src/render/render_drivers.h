@@ -10,6 +10,9 @@
 
 namespace fieldfuse::detail::render {
 
+/// Columns of the [R, 4] float64 ray state (Note [ray state] in render_ray.h).
+constexpr int64_t kRayStateFields = 4;
+
 /// A strided vector ([N] or [R]); `data == nullptr` means absent.
 struct Vec {
   void* data = nullptr;
@@ -52,6 +55,7 @@ struct VolumeRenderArgs {
   // forward outputs
   Mat rgb;
   Vec opacity, depth, weights, total_samples, transmittance;
+  Mat ray_state;  ///< forward: optional output; backward: optional input (Note [ray state])
   // backward: upstream gradients (absent = zero) and gradients to compute
   Mat grad_rgb;
   Vec grad_opacity, grad_depth, grad_weights, grad_transmittance;

@@ -28,6 +28,8 @@ FF_HOST_DEVICE FF_FORCE_INLINE float exponential(float x) { return expf(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE double exponential(double x) { return exp(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE float exponential_minus_one(float x) { return expm1f(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE double exponential_minus_one(double x) { return expm1(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE float log_one_plus(float x) { return log1pf(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE double log_one_plus(double x) { return log1p(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE float round_up(float x) { return ceilf(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE double round_up(double x) { return ceil(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE float magnitude(float x) { return fabsf(x); }
@@ -40,15 +42,44 @@ struct Absorption {
   T factor;  ///< 1 − a_s
 };
 
+/// Optical depths below this take the series in absorption_from_density.
+constexpr double kSmallDepth = 0.125;
+
+/// (1 − e^{−x})/x for 0 ≤ x < kSmallDepth: its Taylor series Σ_k (−x)^k/(k+1)!, to the term
+/// past which the remainder is below float64 rounding (x^10/11! < 3e-17 at x = 1/8). Ten fused
+/// multiply-adds instead of an exp and an expm1: the march's per-sample cost in the common case.
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T absorbed_per_depth(T x) {
+  constexpr double kInverseFactorials[10] = {1.0,          1.0 / 2,      1.0 / 6,    1.0 / 24,
+                                             1.0 / 120,    1.0 / 720,    1.0 / 5040, 1.0 / 40320,
+                                             1.0 / 362880, 1.0 / 3628800};
+  T p = T(kInverseFactorials[9]);
+  for (int k = 8; k >= 0; --k) p = T(kInverseFactorials[k]) - x * p;
+  return p;
+}
+
 template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE Absorption<T> absorption_from_density(T sigma, T delta) {
   const T depth = sigma * delta;
+  if (depth >= T(0) && depth < T(kSmallDepth)) {
+    // a = x·(1 − e^{−x})/x keeps its relative accuracy for tiny x, and 1 − a ≥ 0.88 is exact
+    // to rounding.
+    const T alpha = depth * absorbed_per_depth(depth);
+    return {alpha, T(1) - alpha};
+  }
   return {-exponential_minus_one(-depth), exponential(-depth)};
 }
 
 template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE Absorption<T> absorption_from_alpha(T alpha) {
   return {alpha, T(1) - alpha};
+}
+
+/// The optical depth ℓ = −log(1 − a) a sample of opacity a stands for (∞ at a = 1); the backward
+/// rebuilds transmittances from sums of ℓ (Note [stable backward]).
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T optical_depth_of_alpha(T alpha) {
+  return -log_one_plus(-alpha);
 }
 
 /// Whether the ray stops after a sample that left it with transmittance `trans` (the terminating
@@ -59,17 +90,21 @@ FF_HOST_DEVICE FF_FORCE_INLINE bool terminates(T trans, T threshold) {
 }
 
 // Note [stable backward]
-// With q_s = ∂L/∂w_s as seen through every output (q_s = Σ_c g_rgb,c·rgb_s,c + g_depth·t_s +
-// g_opacity + g_w,s) and q_bg = Σ_c g_rgb,c·bg_c the value of the final transmittance,
-//   ∂L/∂σ_i = δ_i·T_{i+1}·(q_i − U_i),   ∂L/∂a_i = T_i·(q_i − U_i)   (alpha input),
-// where U_i is the loss value of everything behind sample i seen with a fresh transmittance of 1:
-//   U_i = Σ_{j>i} q_j·a_j·Π_{i<k<j}(1 − a_k) + q_bg·Π_{k>i}(1 − a_k),
-// i.e. back-to-front compositing of q: U_last = q_bg, U_{i−1} = a_i·q_i + (1 − a_i)·U_i. Every
-// step is a convex combination, so U carries no cancellation; the spec's "C − C_≤i" form of the
-// same suffix sum loses all its digits behind an opaque surface. T_{i+1} multiplies the result, so
-// it is exactly zero past an opaque sample and for samples past termination (which are excluded).
-// ∂L/∂T_prefix = U_{−1} (the whole ray seen with a fresh transmittance), from the same recursion.
-// The final-transmittance output and a background enter through q_bg = Σ_c g_rgb,c·bg_c + g_T.
+// Let q_s = ∂L/∂w_s as seen through every output (q_s = Σ_c g_rgb,c·rgb_s,c + g_depth·t_s +
+// g_opacity + g_w,s) and q_bg = Σ_c g_rgb,c·bg_c + g_T the value of the final transmittance, and
+// measure transmittance relative to the ray's initial T_0: T'_i = T_i/T_0 = exp(−τ_i), with τ_i
+// the optical depth in front of sample i (Σ_{k<i} ℓ_k, ℓ = σδ or −log(1 − a)). Then
+//   ∂L/∂σ_i = T_0·δ_i·(T'_{i+1}·q_i − V_i),   ∂L/∂a_i = T_0·(T'_i·q_i − V_i/(1 − a_i)),
+//   ∂L/∂T_0 = V_{−1},
+// where V_i = Σ_{j>i} q_j·a_j·T'_j + q_bg·T'_final is what the samples behind i contribute: a
+// suffix sum, built from the back, of terms that are each accurate to rounding, because every T'
+// comes from a float64 sum of optical depths, never from a quotient or a difference of
+// transmittances. Its error is then relative to T'_{i+1}, the size of the gradient itself. The
+// spec's "C − C_≤i" form of the same suffix loses all its digits behind an opaque surface, and
+// the recursion V ↦ a·q + (1 − a)·V with per-sample factors compounds their rounding over a long
+// ray. T'_{i+1} = 0 past an opaque sample makes both terms of ∂L/∂σ exactly 0. For the alpha input
+// at the last composited sample (the only place a can be 1, since T = 0 stops the ray at any
+// threshold in [0, 1)), V/(1 − a) is T'_last·q_bg; elsewhere 1 − a > 0.
 
 /// The value of one composited sample: q = Σ_c g_rgb,c·rgb_c + g_depth·t + g_opacity + g_weight.
 /// (The caller sums the colour term over channels.)
@@ -79,22 +114,18 @@ FF_HOST_DEVICE FF_FORCE_INLINE T sample_value(T colour_term, T g_depth, T t, T g
   return colour_term + g_depth * t + g_opacity + g_weight;
 }
 
-/// U_{i−1} from U_i and sample i (Note [stable backward]).
-template <class T>
-FF_HOST_DEVICE FF_FORCE_INLINE T behind_value(const Absorption<T>& a, T q, T behind) {
-  return a.alpha * q + a.factor * behind;
-}
-
-/// ∂L/∂(σδ) of sample i: T_{i+1}·(q_i − U_i); times δ for σ, times σ for δ.
+/// ∂L/∂(σδ)/T_0 of sample i: T'_{i+1}·q_i − V_i; times δ for σ, times σ for δ.
 template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE T optical_depth_gradient(T trans_after, T q, T behind) {
-  return trans_after * (q - behind);
+  return trans_after * q - behind;
 }
 
-/// ∂L/∂a_i for the alpha input: T_i·(q_i − U_i), finite at a = 1.
+/// ∂L/∂a_i/T_0 for the alpha input: T'_i·q_i − V_i/(1 − a_i), finite at a = 1 (Note [stable
+/// backward]).
 template <class T>
-FF_HOST_DEVICE FF_FORCE_INLINE T alpha_gradient(T trans_before, T q, T behind) {
-  return trans_before * (q - behind);
+FF_HOST_DEVICE FF_FORCE_INLINE T alpha_gradient(T trans_before, T q, T behind, T factor, bool last,
+                                                T q_background) {
+  return trans_before * q - (last ? trans_before * q_background : behind / factor);
 }
 
 // ---- parallel-beam ray-box sampling ------------------------------------------------------------

@@ -11,11 +11,14 @@
 
 namespace fieldfuse::detail::render {
 
-/// Storage → float64. Specialised for the 16-bit CUDA types in render_cuda.cu (their conversion
-/// operators make a plain static_cast ambiguous).
+/// Storage → the compute type T (float64 unless asked). Specialised for the 16-bit CUDA types in
+/// render_cuda.cu (their conversion operators make a plain static_cast to double ambiguous).
 template <class S>
 struct Widen {
-  FF_HOST_DEVICE FF_FORCE_INLINE static double of(S x) { return static_cast<double>(x); }
+  template <class T = double>
+  FF_HOST_DEVICE FF_FORCE_INLINE static T of(S x) {
+    return static_cast<T>(x);
+  }
 };
 
 template <class S>
@@ -58,9 +61,62 @@ FF_HOST_DEVICE FF_FORCE_INLINE Absorption<double> sample_absorption(const Volume
                        : absorption_from_density(load<S>(a.sigmas, s), load<S>(a.delta_ts, s));
 }
 
+// Note [ray state]
+// The backward needs four facts of each ray's march: how many samples were composited, the final
+// T, and the optical depths τ in front of and through the last composited sample (float64, so
+// that T'_i = exp(−τ_i) can be rebuilt without dividing transmittances; Note [stable backward]).
+// A training forward writes them as an [R, 4] float64 row per ray, and a backward that receives
+// them skips re-marching every ray, which would read σ and δ again and repeat the forward's
+// transmittance products. Without it the backward finds the same values itself.
+
+/// A ray's march as the backward needs it.
+struct RayState {
+  int64_t stop = 0;  ///< the first sample not composited
+  double trans_final = 1, depth_before_last = 0, depth_through = 0;
+};
+
+/// Row r of the ray state; the count is stored relative to the ray's first sample (exact in a
+/// double up to 2^53 samples).
+FF_HOST_DEVICE FF_FORCE_INLINE void store_ray_state(const Mat& m, int64_t r, int64_t begin,
+                                                    const RayState& state) {
+  double* row = static_cast<double*>(m.data) + r * m.stride0;
+  row[0] = static_cast<double>(state.stop - begin);
+  row[m.stride1] = state.trans_final;
+  row[2 * m.stride1] = state.depth_before_last;
+  row[3 * m.stride1] = state.depth_through;
+}
+
+FF_HOST_DEVICE FF_FORCE_INLINE RayState load_ray_state(const Mat& m, int64_t r, int64_t begin,
+                                                       int64_t end) {
+  const double* row = static_cast<const double*>(m.data) + r * m.stride0;
+  RayState state;
+  // Clamped into the ray, so a state from other inputs cannot index outside it.
+  const double count = row[0];
+  const auto length = static_cast<double>(end - begin);
+  state.stop = begin + static_cast<int64_t>(count > 0 ? (count < length ? count : length) : 0);
+  state.trans_final = row[m.stride1];
+  state.depth_before_last = row[2 * m.stride1];
+  state.depth_through = row[3 * m.stride1];
+  return state;
+}
+
+/// Adds one composited sample's ℓ to the optical depths of a ray state (ℓ of the last sample
+/// can be ∞, and τ in front of it stays finite).
+FF_HOST_DEVICE FF_FORCE_INLINE void add_depth(RayState& state, double ell) {
+  state.depth_before_last = state.depth_through;
+  state.depth_through += ell;
+}
+
 template <class S>
 FF_HOST_DEVICE FF_FORCE_INLINE double initial_transmittance(const VolumeRenderArgs& a, int64_t r) {
   return a.prefix.present() ? load<S>(a.prefix, r) : 1.0;
+}
+
+/// ℓ of sample s in float64: σδ, or −log(1 − α) for the alpha input.
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE double sample_optical_depth(const VolumeRenderArgs& a, int64_t s) {
+  return a.alpha_input ? optical_depth_of_alpha(load<S>(a.sigmas, s))
+                       : load<S>(a.sigmas, s) * load<S>(a.delta_ts, s);
 }
 
 /// Forward of ray r (Note [compositing]): every requested output of the ray is written.
@@ -72,6 +128,7 @@ FF_HOST_DEVICE void render_ray_forward(const VolumeRenderArgs& a, int64_t r) {
     const bool first_block = c0 == 0;
     double colour[kChannelBlock] = {0, 0, 0, 0};
     double trans = initial_transmittance<S>(a, r), opacity = 0, depth = 0;
+    RayState state;
     int64_t s = begin;
     // A ray whose prefix transmittance is already at the threshold composites nothing, so marching
     // in chunks (prefix = the previous chunk's T) equals marching in one pass.
@@ -86,6 +143,7 @@ FF_HOST_DEVICE void render_ray_forward(const VolumeRenderArgs& a, int64_t r) {
         opacity += w;
         if (a.depth.present()) depth += w * load<S>(a.ts, s);
         if (a.weights.present()) store<S>(a.weights, s, w);
+        if (a.ray_state.present()) add_depth(state, sample_optical_depth<S>(a, s));
       }
       trans *= ab.factor;
       ++s;
@@ -103,44 +161,58 @@ FF_HOST_DEVICE void render_ray_forward(const VolumeRenderArgs& a, int64_t r) {
     if (a.opacity.present()) store<S>(a.opacity, r, opacity);
     if (a.depth.present()) store<S>(a.depth, r, depth);
     if (a.transmittance.present()) store<S>(a.transmittance, r, trans);
+    if (a.ray_state.present()) {
+      state.stop = s;
+      state.trans_final = trans;
+      store_ray_state(a.ray_state, r, begin, state);
+    }
     if (a.total_samples.present()) {
       static_cast<int64_t*>(a.total_samples.data)[r * a.total_samples.stride] = s - begin;
     }
   }
 }
 
-/// Backward of ray r (Note [stable backward]): a forward march finds the composited samples, the
-/// final transmittance and the optical depth before the last sample; a back-to-front march then
-/// carries U and rebuilds T_i = T_0·exp(−τ_i) from that optical depth (not by dividing T_final by
-/// the factors, which fails behind an opaque sample).
+/// The march of ray r as the backward needs it (Note [ray state]), by the forward's rule.
+template <class S>
+FF_HOST_DEVICE RayState march_ray_state(const VolumeRenderArgs& a, int64_t r, int64_t begin,
+                                        int64_t end) {
+  RayState state;
+  double trans = initial_transmittance<S>(a, r);
+  int64_t s = begin;
+  bool done = terminates(trans, a.threshold);
+  while (!done && s < end) {
+    add_depth(state, sample_optical_depth<S>(a, s));
+    trans *= sample_absorption<S>(a, s).factor;
+    ++s;
+    done = terminates(trans, a.threshold);
+  }
+  state.stop = s;
+  state.trans_final = trans;
+  return state;
+}
+
+/// Backward of ray r (Note [stable backward]): the ray state (given, or found by a forward march)
+/// says which samples were composited; a back-to-front march then sums V and rebuilds each
+/// T' = exp(−τ) from τ, carried down by subtracting each sample's ℓ in float64.
 template <class S>
 FF_HOST_DEVICE void render_ray_backward(const VolumeRenderArgs& a, int64_t r) {
   int64_t begin, end;
   a.rays.range(r, begin, end);
   const double t0 = initial_transmittance<S>(a, r);
 
-  // Pass 1: n, T_final and τ_{n−1} = Σ_{s < last} ℓ_s (ℓ = σδ, or −log(1 − α)).
-  double trans = t0, depth_before_last = 0, depth_through = 0;
-  int64_t stop = begin;
-  bool done = terminates(trans, a.threshold);  // as in the forward
-  while (!done && stop < end) {
-    const Absorption<double> ab = sample_absorption<S>(a, stop);
-    depth_before_last = depth_through;
-    depth_through += a.alpha_input ? -log1p(-load<S>(a.sigmas, stop))
-                                   : load<S>(a.sigmas, stop) * load<S>(a.delta_ts, stop);
-    trans *= ab.factor;
-    ++stop;
-    done = terminates(trans, a.threshold);
-  }
-  const double t_final = trans;
+  // Pass 1 (Note [ray state]): n, T_final, τ_{n−1} = Σ_{s < last} ℓ_s and τ_n.
+  const RayState state = a.ray_state.present() ? load_ray_state(a.ray_state, r, begin, end)
+                                               : march_ray_state<S>(a, r, begin, end);
+  const int64_t stop = state.stop;
+  const double t_final = state.trans_final, depth_before_last = state.depth_before_last;
 
   // Upstream gradients of the ray.
   const double g_opacity = load_or_zero<S>(a.grad_opacity, r);
   const double g_depth = load_or_zero<S>(a.grad_depth, r);
-  double behind = load_or_zero<S>(a.grad_transmittance, r);  // U, starting as q_bg
+  double q_background = load_or_zero<S>(a.grad_transmittance, r);
   for (int64_t c = 0; c < a.channels; ++c) {
     const double g = load<S>(a.grad_rgb, r, c);
-    if (a.background.present()) behind += g * load<S>(a.background, r, c);
+    if (a.background.present()) q_background += g * load<S>(a.background, r, c);
     if (a.grad_background.present()) {
       if (a.grad_background_float32) {
         store<float>(a.grad_background, r, c, g * t_final);
@@ -150,41 +222,44 @@ FF_HOST_DEVICE void render_ray_backward(const VolumeRenderArgs& a, int64_t r) {
     }
   }
 
-  // Pass 2, back to front.
-  double tau_after = depth_before_last;  // τ_{i+1} for i < last
+  // Pass 2, back to front, with T' = T/T_0.
+  const double rel_final = exponential(-state.depth_through);
+  double behind = q_background * rel_final;  // V behind the sample
+  double rel_behind = rel_final;             // T' behind the sample
+  double depth_behind = depth_before_last;   // τ behind the sample, for all but the last
   for (int64_t s = stop - 1; s >= begin; --s) {
     const bool last = s == stop - 1;
     const Absorption<double> ab = sample_absorption<S>(a, s);
     const double sigma = load<S>(a.sigmas, s);
-    const double ell = a.alpha_input ? -log1p(-sigma) : sigma * load<S>(a.delta_ts, s);
-    const double tau_before = last ? depth_before_last : tau_after - ell;
-    const double trans_before = t0 * exponential(-tau_before);
-    const double trans_after = last ? t_final : t0 * exponential(-tau_after);
-    const double w = ab.alpha * trans_before;
+    const double ell = sample_optical_depth<S>(a, s);
+    const double depth_before = last ? depth_before_last : depth_behind - ell;
+    const double rel_before = exponential(-depth_before);
+    const double w = ab.alpha * rel_before;  // the weight over T_0
 
     double colour_term = 0;
     for (int64_t c = 0; c < a.channels; ++c) {
       const double g = load<S>(a.grad_rgb, r, c);
       colour_term += g * load<S>(a.rgbs, s, c);
-      if (a.grad_rgbs.present()) store<S>(a.grad_rgbs, s, c, g * w);
+      if (a.grad_rgbs.present()) store<S>(a.grad_rgbs, s, c, g * t0 * w);
     }
     const double t_s = a.ts.present() ? load<S>(a.ts, s) : 0.0;
     const double q =
         sample_value(colour_term, g_depth, t_s, g_opacity, load_or_zero<S>(a.grad_weights, s));
     if (a.grad_sigmas.present()) {
-      const double g =
-          a.alpha_input ? alpha_gradient(trans_before, q, behind)
-                        : load<S>(a.delta_ts, s) * optical_depth_gradient(trans_after, q, behind);
-      store<S>(a.grad_sigmas, s, g);
+      const double g = a.alpha_input
+                           ? alpha_gradient(rel_before, q, behind, ab.factor, last, q_background)
+                           : load<S>(a.delta_ts, s) * optical_depth_gradient(rel_behind, q, behind);
+      store<S>(a.grad_sigmas, s, t0 * g);
     }
     if (a.grad_delta_ts.present()) {
-      // σ = ∞ leaves T_{i+1} = 0: the gradient is 0, not ∞·0.
-      const double g = optical_depth_gradient(trans_after, q, behind);
-      store<S>(a.grad_delta_ts, s, a.alpha_input || g == 0.0 ? 0.0 : sigma * g);
+      // σ = ∞ leaves T'_{i+1} = 0 and V_i = 0: the gradient is 0, not ∞·0.
+      const double g = optical_depth_gradient(rel_behind, q, behind);
+      store<S>(a.grad_delta_ts, s, a.alpha_input || g == 0.0 ? 0.0 : t0 * sigma * g);
     }
-    if (a.grad_ts.present()) store<S>(a.grad_ts, s, g_depth * w);
-    behind = behind_value(ab, q, behind);
-    tau_after = tau_before;
+    if (a.grad_ts.present()) store<S>(a.grad_ts, s, g_depth * t0 * w);
+    behind += q * w;
+    rel_behind = rel_before;
+    depth_behind = depth_before;
   }
   if (a.grad_prefix.present()) store<S>(a.grad_prefix, r, behind);
 

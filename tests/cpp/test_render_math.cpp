@@ -67,23 +67,26 @@ Ray random_ray(std::mt19937& rng, int samples, double max_sigma) {
 std::vector<double> stable_sigma_gradient(const Ray& r) {
   int64_t n = 0;
   r.loss(&n);
-  std::vector<double> trans(n + 1);
+  std::vector<double> rel(n + 1);  // T' = T/T_0 from summed optical depths
   std::vector<rd::Absorption<double>> a(n);
-  trans[0] = static_cast<double>(r.prefix);
+  rel[0] = 1.0;
+  double depth = 0;
   for (int64_t s = 0; s < n; ++s) {
     a[s] = rd::absorption_from_density<double>(r.sigma[s], r.delta[s]);
-    trans[s + 1] = trans[s] * a[s].factor;
+    depth += static_cast<double>(r.sigma[s] * r.delta[s]);
+    rel[s + 1] = std::exp(-depth);
   }
   const auto q = [&](int64_t s) {
     return rd::sample_value<double>(r.g_rgb * r.colour[s], r.g_depth, r.t[s], r.g_opacity,
                                     r.g_w[s]);
   };
   std::vector<double> grad(n);
-  double behind = static_cast<double>(r.g_rgb * r.background + r.g_trans);  // q_bg
+  const auto t0 = static_cast<double>(r.prefix);
+  double behind = static_cast<double>(r.g_rgb * r.background + r.g_trans) * rel[n];  // V_last
   for (int64_t s = n - 1; s >= 0; --s) {
-    grad[s] = static_cast<double>(r.delta[s]) *
-              rd::optical_depth_gradient<double>(trans[s + 1], q(s), behind);
-    behind = rd::behind_value(a[s], q(s), behind);
+    grad[s] = t0 * static_cast<double>(r.delta[s]) *
+              rd::optical_depth_gradient<double>(rel[s + 1], q(s), behind);
+    behind += q(s) * a[s].alpha * rel[s];
   }
   return grad;
 }
@@ -154,13 +157,18 @@ TEST(RenderMath, StableBackwardKeepsDigitsBehindAnOpaqueSurface) {
 }
 
 TEST(RenderMath, AlphaGradientIsFiniteAndCorrectAtOne) {
-  // Two samples, the first fully opaque: L = g·(a0·c0 + (1 − a0)·a1·c1) with T0 = 1, so
-  // ∂L/∂a0 = g·(c0 − a1·c1) and the recursion must give exactly that without dividing by 1 − a0.
-  const double a0 = 1.0, a1 = 0.3, c0 = 0.8, c1 = 0.5, g = 2.0;
+  // Two samples in front of a background, the second fully opaque (so it is the last composited):
+  // L = g·(a0·c0 + (1 − a0)·(a1·c1 + (1 − a1)·bg)) with T_0 = 1. At a1 = 1,
+  // ∂L/∂a0 = g·(c0 − c1) and ∂L/∂a1 = g·(1 − a0)·(c1 − bg), without dividing by 1 − a1 = 0.
+  const double a0 = 0.4, a1 = 1.0, c0 = 0.8, c1 = 0.5, bg = 0.3, g = 2.0;
   const auto s0 = rd::absorption_from_alpha(a0), s1 = rd::absorption_from_alpha(a1);
-  const double behind0 = rd::behind_value(s1, g * c1, 0.0);  // U_0
-  EXPECT_DOUBLE_EQ(rd::alpha_gradient(1.0, g * c0, behind0), g * (c0 - a1 * c1));
-  EXPECT_EQ(rd::optical_depth_gradient(s0.factor, g * c0, behind0), 0.0);
+  const double q_bg = g * bg, rel1 = s0.factor, rel_final = rel1 * s1.factor;
+  const double behind1 = q_bg * rel_final;                    // V_1
+  const double behind0 = behind1 + g * c1 * s1.alpha * rel1;  // V_0
+  EXPECT_DOUBLE_EQ(rd::alpha_gradient(rel1, g * c1, behind1, s1.factor, true, q_bg),
+                   g * (1 - a0) * (c1 - bg));
+  EXPECT_DOUBLE_EQ(rd::alpha_gradient(1.0, g * c0, behind0, s0.factor, false, q_bg), g * (c0 - c1));
+  EXPECT_EQ(rd::optical_depth_gradient(rel_final, g * c1, behind1), 0.0);
 }
 
 TEST(RenderMath, TerminationCountsTheTerminatingSample) {

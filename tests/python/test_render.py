@@ -1218,23 +1218,59 @@ def test_opcheck_volume_render(device, rng):
     x, offsets = _opcheck_render_inputs(rng, device)
     forward = torch.ops.fieldfuse.volume_render_forward
     backward = torch.ops.fieldfuse.volume_render_backward
-    all_wants = [True, True, True, True, True]
+    all_wants = [True] * 6
     torch.library.opcheck(forward, (
         _leaf(x["sigmas"]), _leaf(x["rgbs"]), _leaf(x["delta_ts"]), _leaf(x["ts"]), offsets, 0.01,
         _leaf(x["background"]), _leaf(x["prefix"]), False, all_wants))
     torch.library.opcheck(forward, (
         _leaf(x["alphas"]), x["rgbs"], None, None, offsets, 0.0, x["background"][0], None, True,
-        [True, False, False, True, False]))
+        [True, False, False, True, False, False]))
     r, n = 3, 7
     grad_rgb = _uniform((r, 2), -1.0, 1.0, rng).to(device)
     grad_r = _uniform(r, -1.0, 1.0, rng).to(device)
     grad_n = _uniform(n, -1.0, 1.0, rng).to(device)
+    state = forward(x["sigmas"], x["rgbs"], x["delta_ts"], x["ts"], offsets, 0.01,
+                    x["background"], x["prefix"], False, all_wants)[6]
+    for ray_state in (None, state):
+        torch.library.opcheck(backward, (
+            grad_rgb, grad_r, grad_r, grad_n, grad_r, ray_state, x["sigmas"], x["rgbs"],
+            x["delta_ts"], x["ts"], offsets, 0.01, x["background"], x["prefix"], False,
+            [True] * 6))
     torch.library.opcheck(backward, (
-        grad_rgb, grad_r, grad_r, grad_n, grad_r, x["sigmas"], x["rgbs"], x["delta_ts"], x["ts"],
-        offsets, 0.01, x["background"], x["prefix"], False, [True] * 6))
-    torch.library.opcheck(backward, (
-        grad_rgb, None, None, None, None, x["alphas"], x["rgbs"], None, None, offsets, 0.0, None,
-        None, True, [True, False, False, False, False, False]))
+        grad_rgb, None, None, None, None, None, x["alphas"], x["rgbs"], None, None, offsets, 0.0,
+        None, None, True, [True, False, False, False, False, False]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("alpha_input", [False, True])
+def test_ray_state_spares_the_backward_a_march_and_changes_nothing(device, alpha_input, rng):
+    """The backward given the training forward's ray state (what autograd does) returns the same
+    bits as the backward that re-marches the rays itself; early termination included."""
+    lengths = [40, 0, 1, 70, 33]
+    x = _cast(_rays(lengths, 3, rng, sigma_max=40.0), device, F32)
+    offsets = _offsets(lengths, device)
+    first = (_uniform(sum(lengths), 0.0, 0.9, rng).to(device, F32) if alpha_input
+             else x["sigmas"])
+    delta = None if alpha_input else x["delta_ts"]
+    forward = torch.ops.fieldfuse.volume_render_forward
+    backward = torch.ops.fieldfuse.volume_render_backward
+    wants = [True, True, True, True, True, True]
+    outs = forward(first, x["rgbs"], delta, x["ts"], offsets, 0.01, None, None, alpha_input,
+                   wants)
+    state = outs[6]
+    assert state.shape == (len(lengths), 4) and state.dtype == torch.float64
+    assert_close(state[:, 0].long(), outs[4], rtol=0, atol=0)  # samples composited
+    assert_close(state[:, 1].to(outs[5].dtype), outs[5], rtol=0, atol=0)  # final T
+    g = [_uniform(shape, -1.0, 1.0, rng).to(device, F32) for shape in
+         ((len(lengths), 3), len(lengths), len(lengths), sum(lengths))]
+    grad_wants = [True, True, not alpha_input, True, False, False]
+    with_state, without = (
+        backward(g[0], g[1], g[2], g[3], None, ray_state, first, x["rgbs"], delta, x["ts"],
+                 offsets, 0.01, None, None, alpha_input, grad_wants)
+        for ray_state in (state, None))
+    for a, b, want in zip(with_state, without, grad_wants, strict=True):
+        if want:
+            assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -56,6 +56,19 @@ def _volume_render(**changes):
     return call
 
 
+def _render_backward(ray_state):
+    """The backward op with one ray state, all else valid."""
+    def call(device):
+        args = _render_args(device)
+        grad = torch.ones(R, C, dtype=F64, device=device)
+        return torch.ops.fieldfuse.volume_render_backward(
+            grad, None, None, None, None, ray_state(device), args["sigmas"], args["rgbs"],
+            args["delta_ts"], None, args["offsets"], 0.01, None, None, False,
+            [True, False, False, False, False, False])
+
+    return call
+
+
 def _volume_render_alpha(**changes):
     def call(device):
         args = _render_args(device)
@@ -210,6 +223,12 @@ def _cases():
                 _line_integral(delta_ts=_tensor(N, dtype=F32)))
     yield _case("line-values-list", TypeError, rf"{LINE}.*\bvalues\b.*Tensor",
                 _line_integral(values=[1.0] * N))
+
+    # --- the backward's ray state (internal: from the training forward) ---
+    yield _case("state-shape", ValueError, r"volume_render_backward\(\).*\bray_state\b.*\[3, 4\]",
+                _render_backward(ray_state=_tensor(R, 3)))
+    yield _case("state-dtype", TypeError, r"volume_render_backward\(\).*\bray_state\b.*float64",
+                _render_backward(ray_state=_tensor(R, 4, dtype=F32)))
 
     # --- ray_box_samples and ray_box_samples_padded ---
     for name in ("ray_box_samples", "ray_box_samples_padded"):

@@ -1,0 +1,481 @@
+// SPDX-License-Identifier: Apache-2.0
+// The per-ray routines of the render family on CUDA: one warp per ray, its lanes on consecutive
+// samples (Note [warp march]). They compute what the serial routines of render_ray.h compute, from
+// the same formulas of render_math.h; only the order of the float64 sums differs.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cuda_launch.cuh"
+#include "core/warp.cuh"
+#include "render/render_drivers.h"
+#include "render/render_math.h"
+#include "render/render_ray.h"
+
+namespace fieldfuse::detail::render {
+
+// Note [warp march]
+// A warp marches a ray in chunks of 32 consecutive samples, lane k on sample base + k, so every
+// load is coalesced and every lane works (one thread per ray reads one sample per ray per step,
+// scattered, and leaves most of the GPU idle at 65 536 rays).
+// - Forward: T in front of each lane is the chunk's entry T times an exclusive product scan of the
+//   factors (1 − a) in float64. T only decreases, so the first lane whose T after it is ≤ the
+//   threshold (a ballot) is the terminating sample of the serial rule. Colour, opacity and depth
+//   accumulate per lane and are summed once per ray.
+// - Backward: a forward march finds the composited samples, the final T and the optical depths in
+//   front of and through the last one (float64); chunks aligned to that last sample are then
+//   walked back to front. T' in front of each lane is exp(−τ) with τ from a suffix sum of optical
+//   depths, and V behind it a suffix sum of q·a·T' plus the sum carried from the chunks behind
+//   (Note [stable backward]); both sums run in float64.
+// Lanes are assigned to samples by position and every scan and reduction combines in a fixed
+// order, so results are the same bits on every run.
+
+using cuda::compute_t;
+using cuda::kFullWarp;
+using cuda::kWarpSize;
+using cuda::lane_id;
+using cuda::warp_sum;
+
+template <class T, class S>
+__device__ FF_FORCE_INLINE T load_as(const Vec& v, int64_t i) {
+  return Widen<S>::template of<T>(static_cast<const S*>(v.data)[i * v.stride]);
+}
+
+template <class T, class S>
+__device__ FF_FORCE_INLINE T load_as(const Mat& m, int64_t i, int64_t j) {
+  return Widen<S>::template of<T>(static_cast<const S*>(m.data)[i * m.stride0 + j * m.stride1]);
+}
+
+// ---- volume rendering --------------------------------------------------------------------------
+
+/// One lane's inputs for one sample, loaded a chunk ahead of their use so that a warp's loads are
+/// in flight while it computes. Lanes past the ray hold zeros: a transparent sample.
+template <class T>
+struct SampleInputs {
+  T sigma = T(0);  ///< σ, or α for the alpha input
+  T delta = T(0);
+  T colour[kChannelBlock] = {T(0), T(0), T(0), T(0)};  ///< channels c0 … c0 + 3
+  T t = T(0);
+  T grad_weight = T(0);  ///< backward: the upstream gradient of the sample's weight
+};
+
+/// What to load besides σ and δ.
+struct Wanted {
+  int64_t c0;  ///< first channel of the block
+  bool depth, grad_weight;
+};
+
+/// The inputs of sample s, or zeros where `live` is false (s may then be outside the ray).
+template <class T, class S>
+__device__ FF_FORCE_INLINE SampleInputs<T> fetch(const VolumeRenderArgs& a, int64_t s, bool live,
+                                                 const Wanted& want) {
+  SampleInputs<T> in;
+  if (!live) return in;
+  in.sigma = load_as<T, S>(a.sigmas, s);
+  if (!a.alpha_input) in.delta = load_as<T, S>(a.delta_ts, s);
+#pragma unroll
+  for (int j = 0; j < kChannelBlock; ++j) {
+    if (want.c0 + j < a.channels) in.colour[j] = load_as<T, S>(a.rgbs, s, want.c0 + j);
+  }
+  if (want.depth) in.t = load_as<T, S>(a.ts, s);
+  if (want.grad_weight) in.grad_weight = load_as<T, S>(a.grad_weights, s);
+  return in;
+}
+
+/// a and 1 − a in float64 (exact products of 16- or 32-bit inputs): T is a product of up to 10^5
+/// factors, where float32 roundings of each would add up; the serial routine's are float64 too.
+template <class T>
+__device__ FF_FORCE_INLINE Absorption<double> absorption_of(const VolumeRenderArgs& a,
+                                                            const SampleInputs<T>& in) {
+  const auto sigma = static_cast<double>(in.sigma);
+  return a.alpha_input ? absorption_from_alpha(sigma)
+                       : absorption_from_density(sigma, static_cast<double>(in.delta));
+}
+
+/// ℓ of a sample in float64: σδ (exact from 16- or 32-bit inputs), or −log(1 − a).
+template <class T>
+__device__ FF_FORCE_INLINE double optical_depth_of(const VolumeRenderArgs& a,
+                                                   const SampleInputs<T>& in) {
+  const auto sigma = static_cast<double>(in.sigma);
+  return a.alpha_input ? optical_depth_of_alpha(sigma) : sigma * static_cast<double>(in.delta);
+}
+
+/// Where a warp's march along a ray stands between chunks (the same in every lane).
+struct MarchState {
+  double trans;  ///< T in front of the next sample
+  int64_t stop;  ///< the first sample not composited (end while the ray goes on)
+  bool done;
+};
+
+/// One lane's sample of a marched chunk.
+template <class T>
+struct MarchedSample {
+  Absorption<double> ab;
+  double trans_before;  ///< T in front of the sample
+  bool composited;
+  int last_lane;  ///< the chunk's last composited lane (the same in every lane)
+};
+
+template <class S>
+__device__ FF_FORCE_INLINE MarchState start_march(const VolumeRenderArgs& a, int64_t r,
+                                                  int64_t begin, int64_t end) {
+  const double t0 = initial_transmittance<S>(a, r);
+  // A ray that starts at or below the threshold composites nothing (Note [compositing]).
+  const bool done = terminates(t0, a.threshold);
+  return {t0, done ? begin : end, done};
+}
+
+/// Marches the chunk of samples [base, base + 32) ∩ [., end), whose inputs are `in`, and
+/// advances `m`.
+template <class T>
+__device__ FF_FORCE_INLINE MarchedSample<T> march_chunk(const VolumeRenderArgs& a,
+                                                        const SampleInputs<T>& in, int64_t base,
+                                                        int64_t end, MarchState& m) {
+  const int lane = lane_id();
+  MarchedSample<T> x;
+  x.ab = absorption_of(a, in);
+  const double through = cuda::warp_prefix_product(x.ab.factor);
+  const double before = __shfl_up_sync(kFullWarp, through, 1);
+  x.trans_before = m.trans * (lane == 0 ? 1.0 : before);
+  const double after = m.trans * through;
+  const bool live = base + lane < end;
+  const unsigned stops = __ballot_sync(kFullWarp, live && terminates(after, a.threshold));
+  const int live_lanes = end - base < kWarpSize ? static_cast<int>(end - base) : kWarpSize;
+  x.last_lane = stops != 0 ? __ffs(static_cast<int>(stops)) - 1 : live_lanes - 1;
+  x.composited = lane <= x.last_lane;
+  m.trans = __shfl_sync(kFullWarp, after, x.last_lane);
+  if (stops != 0) {
+    m.done = true;
+    m.stop = base + x.last_lane + 1;
+  }
+  return x;
+}
+
+/// The optical depths of a ray state as a warp marches (the counterpart of add_depth), summed
+/// per lane and reduced once per ray. ℓ of each chunk's last composited sample is kept apart
+/// until the next chunk shows it was not the ray's last: only the ray's last can be ∞ (σ = ∞ or
+/// a = 1 leaves T = 0 and stops the ray), and τ in front of it must stay finite.
+struct DepthSums {
+  double lane_sum = 0;     ///< this lane's composited samples, but for each chunk's last
+  double chunk_lasts = 0;  ///< the finished chunks' last samples (the same in every lane)
+  double last = 0;         ///< the latest chunk's last sample (the same in every lane)
+
+  template <class T>
+  __device__ FF_FORCE_INLINE void add(const MarchedSample<T>& x, double ell) {
+    chunk_lasts += last;
+    lane_sum += x.composited && lane_id() != x.last_lane ? ell : 0.0;
+    last = __shfl_sync(kFullWarp, ell, x.last_lane);
+  }
+
+  __device__ FF_FORCE_INLINE void finish(RayState& state) const {
+    state.depth_before_last = warp_sum(lane_sum) + chunk_lasts;
+    state.depth_through = state.depth_before_last + last;
+  }
+};
+
+/// Marches ray r chunk by chunk, loading the next chunk's inputs while `visit(inputs, marched,
+/// chunk_start)` handles this one, until the ray stops or ends. Returns where the march stands;
+/// `base` is left at the first chunk not marched.
+template <class T, class S, class Visit>
+__device__ FF_FORCE_INLINE MarchState march_ray(const VolumeRenderArgs& a, int64_t r, int64_t begin,
+                                                int64_t end, const Wanted& want, int64_t& base,
+                                                const Visit& visit) {
+  const int lane = lane_id();
+  MarchState m = start_march<S>(a, r, begin, end);
+  base = begin;
+  SampleInputs<T> next;
+  if (!m.done) next = fetch<T, S>(a, base + lane, base + lane < end, want);
+  for (; !m.done && base < end; base += kWarpSize) {
+    const SampleInputs<T> in = next;
+    const int64_t ahead = base + kWarpSize + lane;
+    next = fetch<T, S>(a, ahead, ahead < end, want);
+    visit(in, march_chunk(a, in, base, end, m), base);
+  }
+  return m;
+}
+
+/// Forward of ray r by the calling warp: every requested output of the ray is written.
+/// kKeepState: the ray state is requested (a training forward); a separate instance, so that
+/// inference does not carry its registers.
+template <class S, bool kKeepState>
+__device__ void render_ray_forward_warp(const VolumeRenderArgs& a, int64_t r) {
+  using T = compute_t<S>;
+  int64_t begin, end;
+  a.rays.range(r, begin, end);
+  const int lane = lane_id();
+  for (int64_t c0 = 0; c0 < a.channels; c0 += kChannelBlock) {
+    const bool first_block = c0 == 0;
+    const Wanted want{c0, first_block && a.depth.present(), false};
+    double colour[kChannelBlock] = {0, 0, 0, 0};
+    double opacity = 0, depth = 0;
+    const bool keep_state = kKeepState && first_block;
+    DepthSums depths;
+    int64_t base;
+    const auto composite = [&](const SampleInputs<T>& in, const MarchedSample<T>& x,
+                               int64_t chunk) {
+      if (keep_state) depths.add(x, optical_depth_of(a, in));
+      const double w = x.composited ? x.ab.alpha * x.trans_before : 0.0;
+#pragma unroll
+      for (int j = 0; j < kChannelBlock; ++j) {
+        // Warp-uniform: a float64 conversion and FMA per channel that exists.
+        if (c0 + j < a.channels) colour[j] += w * static_cast<double>(in.colour[j]);
+      }
+      if (first_block) {
+        opacity += w;
+        if (want.depth) depth += w * static_cast<double>(in.t);
+        if (a.weights.present() && chunk + lane < end) store<S>(a.weights, chunk + lane, w);
+      }
+    };
+    const MarchState m = march_ray<T, S>(a, r, begin, end, want, base, composite);
+#pragma unroll
+    for (int j = 0; j < kChannelBlock; ++j) {
+      const double sum = warp_sum(colour[j]);
+      if (lane == j && c0 + j < a.channels) {
+        const double bg = a.background.present() ? load<S>(a.background, r, c0 + j) : 0.0;
+        store<S>(a.rgb, r, c0 + j, sum + m.trans * bg);
+      }
+    }
+    if (!first_block) continue;
+    if (a.weights.present()) {
+      for (int64_t s = base + lane; s < end; s += kWarpSize) store<S>(a.weights, s, 0.0);
+    }
+    opacity = warp_sum(opacity);
+    if (a.depth.present()) depth = warp_sum(depth);
+    RayState state;
+    if (keep_state) depths.finish(state);  // in every lane: it reduces across the warp
+    if (lane != 0) continue;
+    if (a.opacity.present()) store<S>(a.opacity, r, opacity);
+    if (a.depth.present()) store<S>(a.depth, r, depth);
+    if (a.transmittance.present()) store<S>(a.transmittance, r, m.trans);
+    if (keep_state) {
+      state.stop = m.stop;
+      state.trans_final = m.trans;
+      store_ray_state(a.ray_state, r, begin, state);
+    }
+    if (a.total_samples.present()) {
+      static_cast<int64_t*>(a.total_samples.data)[r * a.total_samples.stride] = m.stop - begin;
+    }
+  }
+}
+
+/// The march of ray r as the backward needs it (Note [ray state]), by the forward's rule.
+template <class S>
+__device__ FF_FORCE_INLINE RayState march_ray_state_warp(const VolumeRenderArgs& a, int64_t r,
+                                                         int64_t begin, int64_t end) {
+  using T = compute_t<S>;
+  const Wanted want{a.channels, false, false};  // a block past the last channel: σ and δ only
+  DepthSums depths;
+  int64_t base;
+  const MarchState m = march_ray<T, S>(a, r, begin, end, want, base,
+                                       [&](const SampleInputs<T>& in, const MarchedSample<T>& x,
+                                           int64_t) { depths.add(x, optical_depth_of(a, in)); });
+  RayState state;
+  depths.finish(state);
+  state.stop = m.stop;
+  state.trans_final = m.trans;
+  return state;
+}
+
+/// Backward of ray r by the calling warp (Note [stable backward], Note [warp march]).
+template <class S>
+__device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
+  using T = compute_t<S>;
+  int64_t begin, end;
+  a.rays.range(r, begin, end);
+  const int lane = lane_id();
+  const double t0 = initial_transmittance<S>(a, r);
+  const RayState ray = a.ray_state.present() ? load_ray_state(a.ray_state, r, begin, end)
+                                             : march_ray_state_warp<S>(a, r, begin, end);
+
+  // Upstream gradients of the ray.
+  const double g_opacity = load_or_zero<S>(a.grad_opacity, r);
+  const double g_depth = load_or_zero<S>(a.grad_depth, r);
+  double g_colour[kChannelBlock] = {0, 0, 0, 0};  // the first channels' g, kept in registers
+#pragma unroll
+  for (int j = 0; j < kChannelBlock; ++j) {
+    if (j < a.channels) g_colour[j] = load<S>(a.grad_rgb, r, j);
+  }
+  double q_background = load_or_zero<S>(a.grad_transmittance, r);
+  if (a.background.present()) {
+    for (int64_t c = 0; c < a.channels; ++c) {
+      q_background += load<S>(a.grad_rgb, r, c) * load<S>(a.background, r, c);
+    }
+  }
+  if (a.grad_background.present()) {
+    for (int64_t c = lane; c < a.channels; c += kWarpSize) {
+      const double g = load<S>(a.grad_rgb, r, c) * ray.trans_final;
+      if (a.grad_background_float32) {
+        store<float>(a.grad_background, r, c, g);
+      } else {
+        store<S>(a.grad_background, r, c, g);
+      }
+    }
+  }
+
+  // Back to front in chunks [hi − 32, hi), the first one ending at the last composited sample;
+  // T' = T/T_0. Each lane's τ is τ in front of the last sample minus the ℓ of the samples from it
+  // to the last (exclusive), V the sum of q·w' over the samples behind it.
+  const Wanted want{0, a.ts.present(), a.grad_weights.present()};
+  const double rel_final = exponential(-ray.depth_through);
+  double behind_chunk = q_background * rel_final;  // V behind the chunk
+  double depth_behind_chunk = 0;                   // Σ ℓ of the samples behind (the last: 0)
+  double rel_behind_chunk = rel_final;             // T' in front of the chunk behind
+  SampleInputs<T> next;
+  const int64_t first = ray.stop - kWarpSize + lane;
+  if (ray.stop > begin) next = fetch<T, S>(a, first, first >= begin, want);
+  for (int64_t hi = ray.stop; hi > begin; hi -= kWarpSize) {
+    const int64_t s = hi - kWarpSize + lane;
+    const bool live = s >= begin;
+    const bool last = s == ray.stop - 1;
+    const SampleInputs<T> in = next;
+    next = fetch<T, S>(a, s - kWarpSize, s - kWarpSize >= begin, want);
+    const Absorption<double> ab = absorption_of(a, in);
+
+    const double ell = last ? 0.0 : optical_depth_of(a, in);
+    const double depth_from = cuda::warp_suffix_sum(ell);  // this sample's ℓ and those behind
+    const double rel_before =
+        exponential(-(ray.depth_before_last - (depth_behind_chunk + depth_from)));
+    const double rel_next = __shfl_down_sync(kFullWarp, rel_before, 1);
+    const double rel_after = lane == kWarpSize - 1 ? rel_behind_chunk : rel_next;
+    const double w = ab.alpha * rel_before;  // the weight over T_0
+
+    double colour_term = 0;
+#pragma unroll
+    for (int j = 0; j < kChannelBlock; ++j) {
+      colour_term += g_colour[j] * static_cast<double>(in.colour[j]);
+    }
+    for (int64_t c = kChannelBlock; live && c < a.channels; ++c) {
+      colour_term += load<S>(a.grad_rgb, r, c) * load_as<T, S>(a.rgbs, s, c);
+    }
+    const double q = sample_value(colour_term, g_depth, static_cast<double>(in.t), g_opacity,
+                                  static_cast<double>(in.grad_weight));
+
+    // V behind each lane: the chunk's own terms behind it, then what lies behind the chunk.
+    const double own = live ? q * w : 0.0;
+    const double from = cuda::warp_suffix_sum(own);
+    const double later = __shfl_down_sync(kFullWarp, from, 1);
+    const double behind = lane == kWarpSize - 1 ? behind_chunk : behind_chunk + later;
+
+    if (live) {
+      if (a.grad_rgbs.present()) {
+        for (int64_t c = 0; c < a.channels; ++c) {
+          const double g = c < kChannelBlock ? g_colour[c] : load<S>(a.grad_rgb, r, c);
+          store<S>(a.grad_rgbs, s, c, g * t0 * w);
+        }
+      }
+      if (a.grad_sigmas.present()) {
+        const double g =
+            a.alpha_input
+                ? alpha_gradient(rel_before, q, behind, 1.0 - static_cast<double>(in.sigma), last,
+                                 q_background)
+                : static_cast<double>(in.delta) * optical_depth_gradient(rel_after, q, behind);
+        store<S>(a.grad_sigmas, s, t0 * g);
+      }
+      if (a.grad_delta_ts.present()) {
+        // σ = ∞ leaves T'_{i+1} = 0 and V_i = 0: the gradient is 0, not ∞·0.
+        const double g = optical_depth_gradient(rel_after, q, behind);
+        store<S>(a.grad_delta_ts, s,
+                 a.alpha_input || g == 0.0 ? 0.0 : t0 * static_cast<double>(in.sigma) * g);
+      }
+      if (a.grad_ts.present()) store<S>(a.grad_ts, s, g_depth * t0 * w);
+    }
+    behind_chunk += __shfl_sync(kFullWarp, from, 0);
+    depth_behind_chunk += __shfl_sync(kFullWarp, depth_from, 0);
+    rel_behind_chunk = __shfl_sync(kFullWarp, rel_before, 0);
+  }
+  if (a.grad_prefix.present() && lane == 0) store<S>(a.grad_prefix, r, behind_chunk);
+
+  // Samples past termination: exactly zero.
+  for (int64_t s = ray.stop + lane; s < end; s += kWarpSize) {
+    if (a.grad_sigmas.present()) store<S>(a.grad_sigmas, s, 0.0);
+    if (a.grad_delta_ts.present()) store<S>(a.grad_delta_ts, s, 0.0);
+    if (a.grad_ts.present()) store<S>(a.grad_ts, s, 0.0);
+    if (a.grad_rgbs.present()) {
+      for (int64_t c = 0; c < a.channels; ++c) store<S>(a.grad_rgbs, s, c, 0.0);
+    }
+  }
+}
+
+// ---- line integral -----------------------------------------------------------------------------
+
+/// Samples each lane has in flight per step: independent loads, so a lane waits on memory once per
+/// step rather than once per sample.
+constexpr int kSamplesInFlight = 4;
+
+/// Forward of ray r by the calling warp: P = Σ v·δ per channel, kBlock channels a pass. Each
+/// product is rounded once in the compute type and summed in float64 per lane, then in a fixed
+/// butterfly across lanes.
+template <class S, int kBlock>
+__device__ void line_integral_ray_forward_warp(const LineIntegralArgs& a, int64_t r) {
+  using T = compute_t<S>;
+  int64_t begin, end;
+  a.rays.range(r, begin, end);
+  const int lane = lane_id();
+  for (int64_t c0 = 0; c0 < a.channels; c0 += kBlock) {
+    double sum[kBlock] = {};
+    for (int64_t first = begin + lane; first < end; first += kSamplesInFlight * kWarpSize) {
+      T delta[kSamplesInFlight], value[kSamplesInFlight][kBlock];
+#pragma unroll
+      for (int k = 0; k < kSamplesInFlight; ++k) {
+        const int64_t s = first + k * kWarpSize;
+        delta[k] = s < end ? load_as<T, S>(a.delta_ts, s) : T(0);
+#pragma unroll
+        for (int j = 0; j < kBlock; ++j) {
+          value[k][j] = s < end && c0 + j < a.channels ? load_as<T, S>(a.values, s, c0 + j) : T(0);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kSamplesInFlight; ++k) {
+#pragma unroll
+        for (int j = 0; j < kBlock; ++j) sum[j] += static_cast<double>(value[k][j] * delta[k]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBlock; ++j) {
+      const double total = warp_sum(sum[j]);
+      if (lane == j && c0 + j < a.channels) store<S>(a.out, r, c0 + j, total);
+    }
+  }
+}
+
+/// Backward of ray r by the calling warp: ∂v = δ·g and ∂δ = Σ_c v_c·g_c, sample by sample.
+template <class S>
+__device__ void line_integral_ray_backward_warp(const LineIntegralArgs& a, int64_t r) {
+  using T = compute_t<S>;
+  int64_t begin, end;
+  a.rays.range(r, begin, end);
+  const int lane = lane_id();
+  for (int64_t first = begin + lane; first < end; first += kSamplesInFlight * kWarpSize) {
+    T delta[kSamplesInFlight];
+    double d_delta[kSamplesInFlight] = {0, 0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < kSamplesInFlight; ++k) {
+      const int64_t s = first + k * kWarpSize;
+      delta[k] = s < end ? load_as<T, S>(a.delta_ts, s) : T(0);
+    }
+    for (int64_t c = 0; c < a.channels; ++c) {
+      const double g = load<S>(a.out, r, c);
+      T value[kSamplesInFlight];
+#pragma unroll
+      for (int k = 0; k < kSamplesInFlight; ++k) {
+        const int64_t s = first + k * kWarpSize;
+        value[k] = s < end && a.grad_delta_ts.present() ? load_as<T, S>(a.values, s, c) : T(0);
+      }
+#pragma unroll
+      for (int k = 0; k < kSamplesInFlight; ++k) {
+        const int64_t s = first + k * kWarpSize;
+        if (s >= end) continue;
+        if (a.grad_values.present()) store<S>(a.grad_values, s, c, delta[k] * g);
+        d_delta[k] += static_cast<double>(value[k]) * g;
+      }
+    }
+    if (!a.grad_delta_ts.present()) continue;
+#pragma unroll
+    for (int k = 0; k < kSamplesInFlight; ++k) {
+      const int64_t s = first + k * kWarpSize;
+      if (s < end) store<S>(a.grad_delta_ts, s, d_delta[k]);
+    }
+  }
+}
+
+}  // namespace fieldfuse::detail::render
