@@ -51,17 +51,24 @@ constexpr int kWarpsPerBlock = kThreads / cuda::kWarpSize;
     }                                                                      \
   };
 
-FIELDFUSE_RAY_FUNCTOR(RenderForward, 8, VolumeRenderArgs, render_ray_forward_warp<S, false>)
-FIELDFUSE_RAY_FUNCTOR(RenderForwardKeepingState, 8, VolumeRenderArgs,
-                      render_ray_forward_warp<S, true>)
-FIELDFUSE_RAY_FUNCTOR(RenderBackward, 5, VolumeRenderArgs, render_ray_backward_warp<S>)
-FIELDFUSE_RAY_FUNCTOR(LineForwardScalar, 8, LineIntegralArgs, line_integral_ray_forward_warp<S, 1>)
-FIELDFUSE_RAY_FUNCTOR(LineForward, 8, LineIntegralArgs,
-                      line_integral_ray_forward_warp<S, kChannelBlock>)
-FIELDFUSE_RAY_FUNCTOR(LineBackward, 8, LineIntegralArgs, line_integral_ray_backward_warp<S>)
+/// The same for the warp routines, which also take the layout policy L (Note [dense layout]).
+#define FIELDFUSE_LAYOUT_FUNCTOR(name, min_blocks, Args, ...) \
+  template <class L>                                          \
+  FIELDFUSE_RAY_FUNCTOR(name, min_blocks, Args, __VA_ARGS__)
+
+FIELDFUSE_LAYOUT_FUNCTOR(RenderForward, 8, VolumeRenderArgs, render_ray_forward_warp<S, L, false>)
+FIELDFUSE_LAYOUT_FUNCTOR(RenderForwardKeepingState, 8, VolumeRenderArgs,
+                         render_ray_forward_warp<S, L, true>)
+FIELDFUSE_LAYOUT_FUNCTOR(RenderBackward, 5, VolumeRenderArgs, render_ray_backward_warp<S, L>)
+FIELDFUSE_LAYOUT_FUNCTOR(LineForwardScalar, 8, LineIntegralArgs,
+                         line_integral_ray_forward_warp<S, L, 1>)
+FIELDFUSE_LAYOUT_FUNCTOR(LineForward, 8, LineIntegralArgs,
+                         line_integral_ray_forward_warp<S, L, kChannelBlock>)
+FIELDFUSE_LAYOUT_FUNCTOR(LineBackward, 8, LineIntegralArgs, line_integral_ray_backward_warp<S, L>)
 FIELDFUSE_RAY_FUNCTOR(BoxCount, 1, RayBoxArgs, ray_box_count<S>)
 FIELDFUSE_RAY_FUNCTOR(BoxFill, 1, RayBoxArgs, ray_box_fill<S>)
 FIELDFUSE_RAY_FUNCTOR(BoxGradient, 1, RayBoxArgs, ray_box_gradient<S>)
+#undef FIELDFUSE_LAYOUT_FUNCTOR
 #undef FIELDFUSE_RAY_FUNCTOR
 
 /// Who runs a ray: one thread, or a whole warp (every lane of it calls the routine together).
@@ -98,28 +105,55 @@ void launch(const Args& a, int64_t rays, const char* kernel) {
   });
 }
 
+bool dense(const Vec& v) { return !v.present() || v.stride == 1; }
+bool dense(const Mat& m, int64_t channels) {
+  return !m.present() || (m.stride0 == channels && (channels == 1 || m.stride1 == 1));
+}
+
+/// Whether every per-sample tensor of a render call is dense (Note [dense layout]).
+bool dense(const VolumeRenderArgs& a) {
+  return dense(a.sigmas) && dense(a.delta_ts) && dense(a.ts) && dense(a.weights) &&
+         dense(a.grad_weights) && dense(a.grad_sigmas) && dense(a.grad_delta_ts) &&
+         dense(a.grad_ts) && dense(a.rgbs, a.channels) && dense(a.grad_rgbs, a.channels);
+}
+
+bool dense(const LineIntegralArgs& a) {
+  return dense(a.delta_ts) && dense(a.grad_delta_ts) && dense(a.values, a.channels) &&
+         dense(a.grad_values, a.channels);
+}
+
+/// Launches Routine<Dense> or Routine<Strided> by the layout of the call's per-sample tensors.
+template <template <class> class Routine, class Args>
+void launch_warps(const Args& a, const char* kernel) {
+  if (dense(a)) {
+    launch<Routine<Dense>, Mapping::kWarpPerRay>(a, a.rays.count, kernel);
+  } else {
+    launch<Routine<Strided>, Mapping::kWarpPerRay>(a, a.rays.count, kernel);
+  }
+}
+
 }  // namespace
 
 void volume_render_forward_cuda(const VolumeRenderArgs& a) {
   if (a.ray_state.present()) {
-    launch<RenderForwardKeepingState, Mapping::kWarpPerRay>(a, a.rays.count, "render_forward");
+    launch_warps<RenderForwardKeepingState>(a, "render_forward");
   } else {
-    launch<RenderForward, Mapping::kWarpPerRay>(a, a.rays.count, "render_forward");
+    launch_warps<RenderForward>(a, "render_forward");
   }
 }
 void volume_render_backward_cuda(const VolumeRenderArgs& a) {
-  launch<RenderBackward, Mapping::kWarpPerRay>(a, a.rays.count, "render_backward");
+  launch_warps<RenderBackward>(a, "render_backward");
 }
 void line_integral_forward_cuda(const LineIntegralArgs& a) {
   // Scalar values (the tomography case) get a kernel without the channel block's registers.
   if (a.channels == 1) {
-    launch<LineForwardScalar, Mapping::kWarpPerRay>(a, a.rays.count, "line_integral_forward");
+    launch_warps<LineForwardScalar>(a, "line_integral_forward");
   } else {
-    launch<LineForward, Mapping::kWarpPerRay>(a, a.rays.count, "line_integral_forward");
+    launch_warps<LineForward>(a, "line_integral_forward");
   }
 }
 void line_integral_backward_cuda(const LineIntegralArgs& a) {
-  launch<LineBackward, Mapping::kWarpPerRay>(a, a.rays.count, "line_integral_backward");
+  launch_warps<LineBackward>(a, "line_integral_backward");
 }
 void ray_box_counts_cuda(const RayBoxArgs& a) {
   launch<BoxCount, Mapping::kThreadPerRay>(a, a.num_rays, "ray_box_counts");

@@ -36,14 +36,49 @@ using cuda::kWarpSize;
 using cuda::lane_id;
 using cuda::warp_sum;
 
-template <class T, class S>
-__device__ FF_FORCE_INLINE T load_as(const Vec& v, int64_t i) {
-  return Widen<S>::template of<T>(static_cast<const S*>(v.data)[i * v.stride]);
+// Note [dense layout]
+// Per-sample tensors are read and written in place with any strides. When every per-sample tensor
+// of a call is dense ([N] with stride 1, [N, C] row-major), the launch picks the Dense policy,
+// whose element offsets are the indices themselves: the 64-bit stride products, their constant
+// loads and their compares were about a third of the forward's instructions (H100, per-opcode
+// counts of the march). Per-ray tensors are touched once a ray and stay strided.
+
+/// Element offsets of strided per-sample tensors.
+struct Strided {
+  __device__ FF_FORCE_INLINE static int64_t at(const Vec& v, int64_t i) { return i * v.stride; }
+  __device__ FF_FORCE_INLINE static int64_t at(const Mat& m, int64_t i, int64_t j, int64_t) {
+    return i * m.stride0 + j * m.stride1;
+  }
+};
+
+/// Element offsets of dense per-sample tensors (rows of `channels` elements).
+struct Dense {
+  __device__ FF_FORCE_INLINE static int64_t at(const Vec&, int64_t i) { return i; }
+  __device__ FF_FORCE_INLINE static int64_t at(const Mat&, int64_t i, int64_t j, int64_t channels) {
+    return i * channels + j;
+  }
+};
+
+/// Per-sample element i (of row i, column j) in the compute type, under layout policy L.
+template <class T, class S, class L>
+__device__ FF_FORCE_INLINE T sample_load(const Vec& v, int64_t i) {
+  return Widen<S>::template of<T>(static_cast<const S*>(v.data)[L::at(v, i)]);
 }
 
-template <class T, class S>
-__device__ FF_FORCE_INLINE T load_as(const Mat& m, int64_t i, int64_t j) {
-  return Widen<S>::template of<T>(static_cast<const S*>(m.data)[i * m.stride0 + j * m.stride1]);
+template <class T, class S, class L>
+__device__ FF_FORCE_INLINE T sample_load(const Mat& m, int64_t i, int64_t j, int64_t channels) {
+  return Widen<S>::template of<T>(static_cast<const S*>(m.data)[L::at(m, i, j, channels)]);
+}
+
+template <class S, class L>
+__device__ FF_FORCE_INLINE void sample_store(const Vec& v, int64_t i, double x) {
+  static_cast<S*>(v.data)[L::at(v, i)] = static_cast<S>(x);
+}
+
+template <class S, class L>
+__device__ FF_FORCE_INLINE void sample_store(const Mat& m, int64_t i, int64_t j, int64_t channels,
+                                             double x) {
+  static_cast<S*>(m.data)[L::at(m, i, j, channels)] = static_cast<S>(x);
 }
 
 // ---- volume rendering --------------------------------------------------------------------------
@@ -62,23 +97,26 @@ struct SampleInputs {
 /// What to load besides σ and δ.
 struct Wanted {
   int64_t c0;  ///< first channel of the block
+  int count;   ///< channels of the block: min(C − c0, kChannelBlock), or 0 (a 32-bit compare)
   bool depth, grad_weight;
 };
 
 /// The inputs of sample s, or zeros where `live` is false (s may then be outside the ray).
-template <class T, class S>
+template <class T, class S, class L>
 __device__ FF_FORCE_INLINE SampleInputs<T> fetch(const VolumeRenderArgs& a, int64_t s, bool live,
                                                  const Wanted& want) {
   SampleInputs<T> in;
   if (!live) return in;
-  in.sigma = load_as<T, S>(a.sigmas, s);
-  if (!a.alpha_input) in.delta = load_as<T, S>(a.delta_ts, s);
+  in.sigma = sample_load<T, S, L>(a.sigmas, s);
+  if (!a.alpha_input) in.delta = sample_load<T, S, L>(a.delta_ts, s);
 #pragma unroll
   for (int j = 0; j < kChannelBlock; ++j) {
-    if (want.c0 + j < a.channels) in.colour[j] = load_as<T, S>(a.rgbs, s, want.c0 + j);
+    if (j < want.count) {
+      in.colour[j] = sample_load<T, S, L>(a.rgbs, s, want.c0 + j, a.channels);
+    }
   }
-  if (want.depth) in.t = load_as<T, S>(a.ts, s);
-  if (want.grad_weight) in.grad_weight = load_as<T, S>(a.grad_weights, s);
+  if (want.depth) in.t = sample_load<T, S, L>(a.ts, s);
+  if (want.grad_weight) in.grad_weight = sample_load<T, S, L>(a.grad_weights, s);
   return in;
 }
 
@@ -176,7 +214,7 @@ struct DepthSums {
 /// Marches ray r chunk by chunk, loading the next chunk's inputs while `visit(inputs, marched,
 /// chunk_start)` handles this one, until the ray stops or ends. Returns where the march stands;
 /// `base` is left at the first chunk not marched.
-template <class T, class S, class Visit>
+template <class T, class S, class L, class Visit>
 __device__ FF_FORCE_INLINE MarchState march_ray(const VolumeRenderArgs& a, int64_t r, int64_t begin,
                                                 int64_t end, const Wanted& want, int64_t& base,
                                                 const Visit& visit) {
@@ -184,11 +222,11 @@ __device__ FF_FORCE_INLINE MarchState march_ray(const VolumeRenderArgs& a, int64
   MarchState m = start_march<S>(a, r, begin, end);
   base = begin;
   SampleInputs<T> next;
-  if (!m.done) next = fetch<T, S>(a, base + lane, base + lane < end, want);
+  if (!m.done) next = fetch<T, S, L>(a, base + lane, base + lane < end, want);
   for (; !m.done && base < end; base += kWarpSize) {
     const SampleInputs<T> in = next;
     const int64_t ahead = base + kWarpSize + lane;
-    next = fetch<T, S>(a, ahead, ahead < end, want);
+    next = fetch<T, S, L>(a, ahead, ahead < end, want);
     visit(in, march_chunk(a, in, base, end, m), base);
   }
   return m;
@@ -197,7 +235,7 @@ __device__ FF_FORCE_INLINE MarchState march_ray(const VolumeRenderArgs& a, int64
 /// Forward of ray r by the calling warp: every requested output of the ray is written.
 /// kKeepState: the ray state is requested (a training forward); a separate instance, so that
 /// inference does not carry its registers.
-template <class S, bool kKeepState>
+template <class S, class L, bool kKeepState>
 __device__ void render_ray_forward_warp(const VolumeRenderArgs& a, int64_t r) {
   using T = compute_t<S>;
   int64_t begin, end;
@@ -205,7 +243,9 @@ __device__ void render_ray_forward_warp(const VolumeRenderArgs& a, int64_t r) {
   const int lane = lane_id();
   for (int64_t c0 = 0; c0 < a.channels; c0 += kChannelBlock) {
     const bool first_block = c0 == 0;
-    const Wanted want{c0, first_block && a.depth.present(), false};
+    const int count =
+        static_cast<int>(a.channels - c0 < kChannelBlock ? a.channels - c0 : kChannelBlock);
+    const Wanted want{c0, count, first_block && a.depth.present(), false};
     double colour[kChannelBlock] = {0, 0, 0, 0};
     double opacity = 0, depth = 0;
     const bool keep_state = kKeepState && first_block;
@@ -218,26 +258,28 @@ __device__ void render_ray_forward_warp(const VolumeRenderArgs& a, int64_t r) {
 #pragma unroll
       for (int j = 0; j < kChannelBlock; ++j) {
         // Warp-uniform: a float64 conversion and FMA per channel that exists.
-        if (c0 + j < a.channels) colour[j] += w * static_cast<double>(in.colour[j]);
+        if (j < count) colour[j] += w * static_cast<double>(in.colour[j]);
       }
       if (first_block) {
         opacity += w;
         if (want.depth) depth += w * static_cast<double>(in.t);
-        if (a.weights.present() && chunk + lane < end) store<S>(a.weights, chunk + lane, w);
+        if (a.weights.present() && chunk + lane < end)
+          sample_store<S, L>(a.weights, chunk + lane, w);
       }
     };
-    const MarchState m = march_ray<T, S>(a, r, begin, end, want, base, composite);
+    const MarchState m = march_ray<T, S, L>(a, r, begin, end, want, base, composite);
 #pragma unroll
     for (int j = 0; j < kChannelBlock; ++j) {
+      if (j >= count) break;  // warp-uniform
       const double sum = warp_sum(colour[j]);
-      if (lane == j && c0 + j < a.channels) {
+      if (lane == j) {
         const double bg = a.background.present() ? load<S>(a.background, r, c0 + j) : 0.0;
         store<S>(a.rgb, r, c0 + j, sum + m.trans * bg);
       }
     }
     if (!first_block) continue;
     if (a.weights.present()) {
-      for (int64_t s = base + lane; s < end; s += kWarpSize) store<S>(a.weights, s, 0.0);
+      for (int64_t s = base + lane; s < end; s += kWarpSize) sample_store<S, L>(a.weights, s, 0.0);
     }
     opacity = warp_sum(opacity);
     if (a.depth.present()) depth = warp_sum(depth);
@@ -259,16 +301,16 @@ __device__ void render_ray_forward_warp(const VolumeRenderArgs& a, int64_t r) {
 }
 
 /// The march of ray r as the backward needs it (Note [ray state]), by the forward's rule.
-template <class S>
+template <class S, class L>
 __device__ FF_FORCE_INLINE RayState march_ray_state_warp(const VolumeRenderArgs& a, int64_t r,
                                                          int64_t begin, int64_t end) {
   using T = compute_t<S>;
-  const Wanted want{a.channels, false, false};  // a block past the last channel: σ and δ only
+  const Wanted want{0, 0, false, false};  // σ and δ only
   DepthSums depths;
   int64_t base;
-  const MarchState m = march_ray<T, S>(a, r, begin, end, want, base,
-                                       [&](const SampleInputs<T>& in, const MarchedSample<T>& x,
-                                           int64_t) { depths.add(x, optical_depth_of(a, in)); });
+  const MarchState m = march_ray<T, S, L>(a, r, begin, end, want, base,
+                                          [&](const SampleInputs<T>& in, const MarchedSample<T>& x,
+                                              int64_t) { depths.add(x, optical_depth_of(a, in)); });
   RayState state;
   depths.finish(state);
   state.stop = m.stop;
@@ -277,7 +319,7 @@ __device__ FF_FORCE_INLINE RayState march_ray_state_warp(const VolumeRenderArgs&
 }
 
 /// Backward of ray r by the calling warp (Note [stable backward], Note [warp march]).
-template <class S>
+template <class S, class L>
 __device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
   using T = compute_t<S>;
   int64_t begin, end;
@@ -285,7 +327,7 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
   const int lane = lane_id();
   const double t0 = initial_transmittance<S>(a, r);
   const RayState ray = a.ray_state.present() ? load_ray_state(a.ray_state, r, begin, end)
-                                             : march_ray_state_warp<S>(a, r, begin, end);
+                                             : march_ray_state_warp<S, L>(a, r, begin, end);
 
   // Upstream gradients of the ray.
   const double g_opacity = load_or_zero<S>(a.grad_opacity, r);
@@ -315,20 +357,21 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
   // Back to front in chunks [hi − 32, hi), the first one ending at the last composited sample;
   // T' = T/T_0. Each lane's τ is τ in front of the last sample minus the ℓ of the samples from it
   // to the last (exclusive), V the sum of q·w' over the samples behind it.
-  const Wanted want{0, a.ts.present(), a.grad_weights.present()};
+  const Wanted want{0, a.channels < kChannelBlock ? static_cast<int>(a.channels) : kChannelBlock,
+                    a.ts.present(), a.grad_weights.present()};
   const double rel_final = exponential(-ray.depth_through);
   double behind_chunk = q_background * rel_final;  // V behind the chunk
   double depth_behind_chunk = 0;                   // Σ ℓ of the samples behind (the last: 0)
   double rel_behind_chunk = rel_final;             // T' in front of the chunk behind
   SampleInputs<T> next;
   const int64_t first = ray.stop - kWarpSize + lane;
-  if (ray.stop > begin) next = fetch<T, S>(a, first, first >= begin, want);
+  if (ray.stop > begin) next = fetch<T, S, L>(a, first, first >= begin, want);
   for (int64_t hi = ray.stop; hi > begin; hi -= kWarpSize) {
     const int64_t s = hi - kWarpSize + lane;
     const bool live = s >= begin;
     const bool last = s == ray.stop - 1;
     const SampleInputs<T> in = next;
-    next = fetch<T, S>(a, s - kWarpSize, s - kWarpSize >= begin, want);
+    next = fetch<T, S, L>(a, s - kWarpSize, s - kWarpSize >= begin, want);
     const Absorption<double> ab = absorption_of(a, in);
 
     const double ell = last ? 0.0 : optical_depth_of(a, in);
@@ -345,7 +388,7 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
       colour_term += g_colour[j] * static_cast<double>(in.colour[j]);
     }
     for (int64_t c = kChannelBlock; live && c < a.channels; ++c) {
-      colour_term += load<S>(a.grad_rgb, r, c) * load_as<T, S>(a.rgbs, s, c);
+      colour_term += load<S>(a.grad_rgb, r, c) * sample_load<T, S, L>(a.rgbs, s, c, a.channels);
     }
     const double q = sample_value(colour_term, g_depth, static_cast<double>(in.t), g_opacity,
                                   static_cast<double>(in.grad_weight));
@@ -360,7 +403,7 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
       if (a.grad_rgbs.present()) {
         for (int64_t c = 0; c < a.channels; ++c) {
           const double g = c < kChannelBlock ? g_colour[c] : load<S>(a.grad_rgb, r, c);
-          store<S>(a.grad_rgbs, s, c, g * t0 * w);
+          sample_store<S, L>(a.grad_rgbs, s, c, a.channels, g * t0 * w);
         }
       }
       if (a.grad_sigmas.present()) {
@@ -369,15 +412,16 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
                 ? alpha_gradient(rel_before, q, behind, 1.0 - static_cast<double>(in.sigma), last,
                                  q_background)
                 : static_cast<double>(in.delta) * optical_depth_gradient(rel_after, q, behind);
-        store<S>(a.grad_sigmas, s, t0 * g);
+        sample_store<S, L>(a.grad_sigmas, s, t0 * g);
       }
       if (a.grad_delta_ts.present()) {
         // σ = ∞ leaves T'_{i+1} = 0 and V_i = 0: the gradient is 0, not ∞·0.
         const double g = optical_depth_gradient(rel_after, q, behind);
-        store<S>(a.grad_delta_ts, s,
-                 a.alpha_input || g == 0.0 ? 0.0 : t0 * static_cast<double>(in.sigma) * g);
+        sample_store<S, L>(
+            a.grad_delta_ts, s,
+            a.alpha_input || g == 0.0 ? 0.0 : t0 * static_cast<double>(in.sigma) * g);
       }
-      if (a.grad_ts.present()) store<S>(a.grad_ts, s, g_depth * t0 * w);
+      if (a.grad_ts.present()) sample_store<S, L>(a.grad_ts, s, g_depth * t0 * w);
     }
     behind_chunk += __shfl_sync(kFullWarp, from, 0);
     depth_behind_chunk += __shfl_sync(kFullWarp, depth_from, 0);
@@ -387,11 +431,12 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
 
   // Samples past termination: exactly zero.
   for (int64_t s = ray.stop + lane; s < end; s += kWarpSize) {
-    if (a.grad_sigmas.present()) store<S>(a.grad_sigmas, s, 0.0);
-    if (a.grad_delta_ts.present()) store<S>(a.grad_delta_ts, s, 0.0);
-    if (a.grad_ts.present()) store<S>(a.grad_ts, s, 0.0);
+    if (a.grad_sigmas.present()) sample_store<S, L>(a.grad_sigmas, s, 0.0);
+    if (a.grad_delta_ts.present()) sample_store<S, L>(a.grad_delta_ts, s, 0.0);
+    if (a.grad_ts.present()) sample_store<S, L>(a.grad_ts, s, 0.0);
     if (a.grad_rgbs.present()) {
-      for (int64_t c = 0; c < a.channels; ++c) store<S>(a.grad_rgbs, s, c, 0.0);
+      for (int64_t c = 0; c < a.channels; ++c)
+        sample_store<S, L>(a.grad_rgbs, s, c, a.channels, 0.0);
     }
   }
 }
@@ -405,7 +450,7 @@ constexpr int kSamplesInFlight = 4;
 /// Forward of ray r by the calling warp: P = Σ v·δ per channel, kBlock channels a pass. Each
 /// product is rounded once in the compute type and summed in float64 per lane, then in a fixed
 /// butterfly across lanes.
-template <class S, int kBlock>
+template <class S, class L, int kBlock>
 __device__ void line_integral_ray_forward_warp(const LineIntegralArgs& a, int64_t r) {
   using T = compute_t<S>;
   int64_t begin, end;
@@ -418,10 +463,12 @@ __device__ void line_integral_ray_forward_warp(const LineIntegralArgs& a, int64_
 #pragma unroll
       for (int k = 0; k < kSamplesInFlight; ++k) {
         const int64_t s = first + k * kWarpSize;
-        delta[k] = s < end ? load_as<T, S>(a.delta_ts, s) : T(0);
+        delta[k] = s < end ? sample_load<T, S, L>(a.delta_ts, s) : T(0);
 #pragma unroll
         for (int j = 0; j < kBlock; ++j) {
-          value[k][j] = s < end && c0 + j < a.channels ? load_as<T, S>(a.values, s, c0 + j) : T(0);
+          value[k][j] = s < end && c0 + j < a.channels
+                            ? sample_load<T, S, L>(a.values, s, c0 + j, a.channels)
+                            : T(0);
         }
       }
 #pragma unroll
@@ -439,7 +486,7 @@ __device__ void line_integral_ray_forward_warp(const LineIntegralArgs& a, int64_
 }
 
 /// Backward of ray r by the calling warp: ∂v = δ·g and ∂δ = Σ_c v_c·g_c, sample by sample.
-template <class S>
+template <class S, class L>
 __device__ void line_integral_ray_backward_warp(const LineIntegralArgs& a, int64_t r) {
   using T = compute_t<S>;
   int64_t begin, end;
@@ -451,7 +498,7 @@ __device__ void line_integral_ray_backward_warp(const LineIntegralArgs& a, int64
 #pragma unroll
     for (int k = 0; k < kSamplesInFlight; ++k) {
       const int64_t s = first + k * kWarpSize;
-      delta[k] = s < end ? load_as<T, S>(a.delta_ts, s) : T(0);
+      delta[k] = s < end ? sample_load<T, S, L>(a.delta_ts, s) : T(0);
     }
     for (int64_t c = 0; c < a.channels; ++c) {
       const double g = load<S>(a.out, r, c);
@@ -459,13 +506,17 @@ __device__ void line_integral_ray_backward_warp(const LineIntegralArgs& a, int64
 #pragma unroll
       for (int k = 0; k < kSamplesInFlight; ++k) {
         const int64_t s = first + k * kWarpSize;
-        value[k] = s < end && a.grad_delta_ts.present() ? load_as<T, S>(a.values, s, c) : T(0);
+        value[k] = s < end && a.grad_delta_ts.present()
+                       ? sample_load<T, S, L>(a.values, s, c, a.channels)
+                       : T(0);
       }
 #pragma unroll
       for (int k = 0; k < kSamplesInFlight; ++k) {
         const int64_t s = first + k * kWarpSize;
         if (s >= end) continue;
-        if (a.grad_values.present()) store<S>(a.grad_values, s, c, delta[k] * g);
+        if (a.grad_values.present()) {
+          sample_store<S, L>(a.grad_values, s, c, a.channels, delta[k] * g);
+        }
         d_delta[k] += static_cast<double>(value[k]) * g;
       }
     }
@@ -473,7 +524,7 @@ __device__ void line_integral_ray_backward_warp(const LineIntegralArgs& a, int64
 #pragma unroll
     for (int k = 0; k < kSamplesInFlight; ++k) {
       const int64_t s = first + k * kWarpSize;
-      if (s < end) store<S>(a.grad_delta_ts, s, d_delta[k]);
+      if (s < end) sample_store<S, L>(a.grad_delta_ts, s, d_delta[k]);
     }
   }
 }
