@@ -13,8 +13,9 @@
 //   accumulated in float64 along each ray (float32 and float64 inputs are too), outputs in the
 //   input dtype.
 // - layout: every tensor is read and written through its strides (no copies).
-// - determinism: each ray is reduced by one thread in sample order; nothing uses atomics, so the
-//   same input gives the same bits on every call.
+// - determinism: each ray is reduced in a fixed order (one CPU thread in sample order; one CUDA
+//   warp with fixed scans); nothing uses atomics, so the same input gives the same bits on every
+//   call on a device. CPU and CUDA agree to rounding.
 // - outputs are fully written (never accumulated into); a gradient or output passed absent
 //   (default-constructed TensorRef) is not computed, and neither is the work only it needs.
 #pragma once

@@ -4,13 +4,15 @@
 Rays are packed: the samples of ray ``r`` occupy ``[offsets[r], offsets[r+1])`` of every
 per-sample tensor; ``offsets`` is int64 ``[R+1]`` with ``offsets[0] = 0``, ``offsets[R] = N``,
 non-decreasing (empty rays allowed). Inputs may be float32 or float64 on CPU and CUDA, and float16
-or bfloat16 on CUDA; every ray is accumulated in float64 in sample order (deterministic, no
+or bfloat16 on CUDA; every ray is accumulated in float64 in a fixed order (deterministic, no
 atomics). Outputs have the inputs' dtype.
 
 Raw ops (each with a fake impl, so ``torch.compile(fullgraph=True)`` traces them):
 ``torch.ops.fieldfuse.volume_render_forward`` / ``_backward``, ``line_integral_forward`` /
 ``_backward``, ``ray_box_counts``, ``ray_box_samples_forward`` / ``_backward`` and
-``ray_box_samples_padded``.
+``ray_box_samples_padded``. Eager calls of ``volume_render`` and ``line_integral`` run the same
+functions through an ``autograd.Function`` instead, which halves their host time per call; under
+torch.compile they go through the ops.
 """
 
 from __future__ import annotations
@@ -105,8 +107,7 @@ def _render_outputs(sigmas: Tensor, rgbs: Tensor, offsets: Tensor, wants: list[b
     return (sigmas.new_empty((r, c)), *rest)
 
 
-@torch.library.custom_op("fieldfuse::volume_render_forward", mutates_args=())
-def volume_render_forward(
+def _render_forward(
     sigmas: Tensor,
     rgbs: Tensor,
     delta_ts: Tensor | None,
@@ -125,6 +126,10 @@ def volume_render_forward(
         _opt(background), _opt(prefix), dl(outs[0]), *optional, stream_of(sigmas),
     )
     return outs
+
+
+volume_render_forward = torch.library.custom_op("fieldfuse::volume_render_forward",
+                                                mutates_args=())(_render_forward)
 
 
 @volume_render_forward.register_fake
@@ -148,8 +153,7 @@ def _render_gradients(sigmas, rgbs, delta_ts, ts, background, prefix, offsets, w
     return tuple(grads)
 
 
-@torch.library.custom_op("fieldfuse::volume_render_backward", mutates_args=())
-def volume_render_backward(
+def _render_backward(
     grad_rgb: Tensor,
     grad_opacity: Tensor | None,
     grad_depth: Tensor | None,
@@ -179,6 +183,10 @@ def volume_render_backward(
     return grads
 
 
+volume_render_backward = torch.library.custom_op("fieldfuse::volume_render_backward",
+                                                 mutates_args=())(_render_backward)
+
+
 @volume_render_backward.register_fake
 def _(grad_rgb, grad_opacity, grad_depth, grad_weights, grad_transmittance, ray_state, sigmas,
       rgbs, delta_ts, ts, offsets, threshold, background, prefix, alpha_input, wants):
@@ -206,7 +214,8 @@ def _render_grad(ctx, grad_rgb, grad_opacity, grad_depth, grad_weights, _grad_to
                 zip((grad_opacity, grad_depth, grad_weights, grad_trans),
                     (ctx.output_wants[0], ctx.output_wants[1], ctx.output_wants[2],
                      ctx.output_wants[4]), strict=True)]
-    grads = volume_render_backward(
+    backward = _render_backward if getattr(ctx, "eager", False) else volume_render_backward
+    grads = backward(
         grad_rgb, *upstream, state, sigmas, rgbs, delta_ts, ts, offsets, ctx.threshold, background,
         prefix, ctx.alpha_input, [bool(w) for w in wants],
     )
@@ -221,6 +230,32 @@ def _render_grad(ctx, grad_rgb, grad_opacity, grad_depth, grad_weights, _grad_to
 
 
 volume_render_forward.register_autograd(_render_grad, setup_context=_setup_render)
+
+
+def _through_library(t: Tensor) -> bool:
+    """Whether a call goes through the registered custom ops: under torch.compile, which traces
+    them by their fake impls, and for devices the kernels do not run on (meta). Eager calls take
+    an autograd.Function over the same functions instead: torch.library's per-call dispatch
+    (argument defaults, redispatch, the autograd wrapper) costs more host time than the kernels
+    take at typical sizes, and a small training step is bound by the host."""
+    return torch.compiler.is_compiling() or t.device.type not in ("cpu", "cuda")
+
+
+class _VolumeRender(torch.autograd.Function):
+    """volume_render_forward with its registered backward, for eager calls (_through_library)."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        outs = _render_forward(*inputs)
+        _setup_render(ctx, inputs, outs)
+        ctx.eager = True
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(outs[4], outs[6])  # total_samples, ray state
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _render_grad(ctx, *grads)
 
 
 def _render(op, sigmas, rgbs, delta_ts, ts, offsets, thresh, background, prefix, alpha_input,
@@ -249,8 +284,12 @@ def _render(op, sigmas, rgbs, delta_ts, ts, offsets, thresh, background, prefix,
         t is not None and t.requires_grad for t in (sigmas, rgbs, delta_ts, ts, background, prefix))
     wants = [True, bool(depth), bool(weights), bool(total_samples), bool(transmittance),
              differentiable]
-    outs = volume_render_forward(sigmas, rgbs, delta_ts, ts, offsets, float(thresh), background,
-                                 prefix, alpha_input, wants)
+    args = (sigmas, rgbs, delta_ts, ts, offsets, float(thresh), background, prefix, alpha_input,
+            wants)
+    if _through_library(sigmas):
+        outs = volume_render_forward(*args)
+    else:
+        outs = _VolumeRender.apply(*args) if differentiable else _render_forward(*args)
     return RenderOutput(outs[0], outs[1], *(o if w else None
                                             for o, w in zip(outs[2:6], wants[1:5], strict=True)))
 
@@ -335,25 +374,31 @@ def _line_output(values: Tensor, offsets: Tensor) -> Tensor:
     return values.new_empty((r,) + tuple(values.shape[1:]))
 
 
-@torch.library.custom_op("fieldfuse::line_integral_forward", mutates_args=())
-def line_integral_forward(values: Tensor, delta_ts: Tensor, offsets: Tensor) -> Tensor:
+def _line_forward(values: Tensor, delta_ts: Tensor, offsets: Tensor) -> Tensor:
     out = _line_output(values, offsets)
     _C.line_integral_forward(dl(values), dl(delta_ts), dl(offsets), dl(out), stream_of(values))
     return out
 
 
+line_integral_forward = torch.library.custom_op("fieldfuse::line_integral_forward",
+                                                mutates_args=())(_line_forward)
+
+
 line_integral_forward.register_fake(lambda values, delta_ts, offsets: _line_output(values, offsets))
 
 
-@torch.library.custom_op("fieldfuse::line_integral_backward", mutates_args=())
-def line_integral_backward(grad_out: Tensor, values: Tensor, delta_ts: Tensor, offsets: Tensor,
-                           wants: list[bool]) -> tuple[Tensor, Tensor]:
+def _line_backward(grad_out: Tensor, values: Tensor, delta_ts: Tensor, offsets: Tensor,
+                   wants: list[bool]) -> tuple[Tensor, Tensor]:
     gv = torch.empty_like(values) if wants[0] else _empty(values)
     gd = torch.empty_like(delta_ts) if wants[1] else _empty(values)
     _C.line_integral_backward(dl(values), dl(delta_ts), dl(offsets), dl(grad_out),
                               dl(gv) if wants[0] else None, dl(gd) if wants[1] else None,
                               stream_of(values))
     return gv, gd
+
+
+line_integral_backward = torch.library.custom_op("fieldfuse::line_integral_backward",
+                                                 mutates_args=())(_line_backward)
 
 
 @line_integral_backward.register_fake
@@ -371,11 +416,27 @@ def _line_grad(ctx, grad_out):
     wants = [bool(ctx.needs_input_grad[0]), bool(ctx.needs_input_grad[1])]
     if not any(wants):
         return None, None, None
-    gv, gd = line_integral_backward(grad_out, values, delta_ts, offsets, wants)
+    backward = _line_backward if getattr(ctx, "eager", False) else line_integral_backward
+    gv, gd = backward(grad_out, values, delta_ts, offsets, wants)
     return (gv if wants[0] else None), (gd if wants[1] else None), None
 
 
 line_integral_forward.register_autograd(_line_grad, setup_context=_setup_line)
+
+
+class _LineIntegral(torch.autograd.Function):
+    """line_integral_forward with its registered backward, for eager calls (_through_library)."""
+
+    @staticmethod
+    def forward(ctx, values, delta_ts, offsets):
+        out = _line_forward(values, delta_ts, offsets)
+        _setup_line(ctx, (values, delta_ts, offsets), out)
+        ctx.eager = True
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return _line_grad(ctx, grad_out)
 
 
 def line_integral(values: Tensor, delta_ts: Tensor, offsets: Tensor, *,
@@ -389,7 +450,7 @@ def line_integral(values: Tensor, delta_ts: Tensor, offsets: Tensor, *,
         validate: as in :func:`volume_render`.
 
     Returns:
-        ``[R]`` or ``[R, C]``; deterministic (each ray summed in order, in float64).
+        ``[R]`` or ``[R, C]``; deterministic (each ray summed in float64 in a fixed order).
     """
     op = "line_integral"
     check_tensor(op, "values", values)
@@ -399,7 +460,11 @@ def line_integral(values: Tensor, delta_ts: Tensor, offsets: Tensor, *,
                          f"{list(values.shape)}")
     if validate:
         _check_offsets(op, offsets, values.shape[0])
-    return line_integral_forward(values, delta_ts, offsets)
+    if _through_library(values):
+        return line_integral_forward(values, delta_ts, offsets)
+    if torch.is_grad_enabled() and (values.requires_grad or delta_ts.requires_grad):
+        return _LineIntegral.apply(values, delta_ts, offsets)
+    return _line_forward(values, delta_ts, offsets)
 
 
 # --- ray-box sampling -------------------------------------------------------------------------

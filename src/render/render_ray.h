@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The per-ray routines of the render family, host+device: the CPU driver runs them over rays with
-// OpenMP, the CUDA driver with one thread per ray. Each ray is marched in sample order with
-// float64 accumulators, so results are deterministic and identical in structure on both devices.
+// The serial per-ray routines of the render family, host+device: the CPU driver runs them over
+// rays with OpenMP, each ray marched in sample order with float64 accumulators (deterministic).
+// CUDA runs them for ray-box sampling (one thread per ray) and has warp routines for volume
+// rendering and line integrals (render_warp.cuh) over the same formulas and the same ray state.
 #pragma once
 
 #include <cstdint>
