@@ -233,12 +233,15 @@ volume_render_forward.register_autograd(_render_grad, setup_context=_setup_rende
 
 
 def _through_library(t: Tensor) -> bool:
-    """Whether a call goes through the registered custom ops: under torch.compile, which traces
-    them by their fake impls, and for devices the kernels do not run on (meta). Eager calls take
-    an autograd.Function over the same functions instead: torch.library's per-call dispatch
-    (argument defaults, redispatch, the autograd wrapper) costs more host time than the kernels
-    take at typical sizes, and a small training step is bound by the host."""
-    return torch.compiler.is_compiling() or t.device.type not in ("cpu", "cuda")
+    """Whether a call goes through the registered custom ops: under torch.compile or tracing,
+    which see them by their fake impls, for tensor subclasses (fake tensors of export, functional
+    wrappers) and for devices the kernels do not run on (meta). Plain eager calls take an
+    autograd.Function over the same functions instead: torch.library's per-call dispatch (argument
+    defaults, redispatch, the autograd wrapper) costs more host time than the kernels take at
+    typical sizes, and a small training step is bound by the host."""
+    return (torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or type(t) not in (torch.Tensor, torch.nn.Parameter)
+            or t.device.type not in ("cpu", "cuda"))
 
 
 class _VolumeRender(torch.autograd.Function):

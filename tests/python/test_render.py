@@ -1411,3 +1411,23 @@ def test_eager_calls_equal_the_registered_ops(device, rng):
     projection_op = torch.ops.fieldfuse.line_integral_forward(values_op, x["delta_ts"], offsets)
     (grad_op,) = torch.autograd.grad(projection_op.sum(), values_op)
     assert torch.equal(projection, projection_op) and torch.equal(grad, grad_op)
+
+
+def test_fake_tensors_take_the_registered_ops(rng):
+    """Tensor subclasses (here the fake tensors that export and shape propagation trace with)
+    go through the custom ops and their fake impls, not the eager autograd.Function."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    lengths = [3, 0, 4]
+    x = _rays(lengths, 2, rng)
+    with FakeTensorMode() as mode:
+        fake = {k: mode.from_tensor(v) for k, v in x.items()}
+        offsets = mode.from_tensor(_offsets(lengths))
+        out = fieldfuse.volume_render(fake["sigmas"].requires_grad_(), fake["rgbs"],
+                                      fake["delta_ts"], fake["ts"], offsets, 0.01, validate=False)
+        projection = fieldfuse.line_integral(fake["rgbs"], fake["delta_ts"], offsets,
+                                             validate=False)
+        assert out.rgb.shape == (3, 2) and out.depth.shape == (3,)
+        assert projection.shape == (3, 2)
+        (grad,) = torch.autograd.grad(out.rgb.sum(), fake["sigmas"])
+        assert grad.shape == (7,)
