@@ -22,9 +22,10 @@ namespace fieldfuse::detail::render {
 //   factors (1 − a) in float64. T only decreases, so the first lane whose T after it is ≤ the
 //   threshold (a ballot) is the terminating sample of the serial rule. Colour, opacity and depth
 //   accumulate per lane and are summed once per ray.
-// - Backward: a forward march finds the composited samples, the final T and the optical depths in
-//   front of and through the last one (float64); chunks aligned to that last sample are then
-//   walked back to front. T' in front of each lane is exp(−τ) with τ from a suffix sum of optical
+// - Backward: the ray state (Note [ray state]: from the training forward, or found by the same
+//   march) gives the composited samples, the final T and the optical depths in front of and
+//   through the last one (float64); chunks aligned to that last sample are then walked back to
+//   front. T' in front of each lane is exp(−τ) with τ from a suffix sum of optical
 //   depths, and V behind it a suffix sum of q·a·T' plus the sum carried from the chunks behind
 //   (Note [stable backward]); both sums run in float64.
 // Lanes are assigned to samples by position and every scan and reduction combines in a fixed
