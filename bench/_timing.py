@@ -231,6 +231,81 @@ def budget_for(quick: bool, cpu: bool) -> Budget:
     return QUICK_BUDGET if quick else CPU_BUDGET if cpu else GPU_BUDGET
 
 
+def copy_bytes_for(quick: bool, cpu: bool) -> int:
+    """The copy-bandwidth probe's size in a run mode: --quick, --cpu or a full GPU run."""
+    return QUICK_COPY_BYTES if quick else CPU_COPY_BYTES if cpu else CUDA_COPY_BYTES
+
+
+# --- measuring one implementation ----------------------------------------------------------------
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def release(device: torch.device) -> None:
+    """Hand cached blocks back (after an OOM, or between configs)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def is_oom(err: BaseException) -> bool:
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def failure(err: BaseException) -> dict[str, Any]:
+    """A failed measurement as a result: OOM is flagged (the cell says so), others are listed.
+
+    Call `release` after the `except` block, once the traceback no longer holds the tensors.
+    """
+    return {"stats": None, "oom": is_oom(err),
+            "error": f"{type(err).__name__}: {err}".splitlines()[0]}
+
+
+def peak_mib(step: Callable, x: Any) -> float | None:
+    """Peak CUDA memory one call allocates above what was allocated before it (the inputs)."""
+    if x.device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = step(x)
+    torch.cuda.synchronize()
+    del out
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def measure(step: Callable, inputs: Sequence, budget: Budget,
+            memory: bool = True) -> dict[str, Any]:
+    """Time one implementation; its first call (torch.compile's compile) is timed apart, and with
+    `memory` one more call after the timing gives its peak memory.
+
+    A failure (unsupported dtype, compile error, out of memory) must not end the run: the error
+    goes into the result and the table prints a dash, or OOM.
+    """
+    try:
+        start = time.perf_counter()
+        step(inputs[0])
+        sync(inputs[0].device)
+        first_call_s = time.perf_counter() - start
+        stats = time_fn(step, inputs, budget)
+        peak = peak_mib(step, inputs[0]) if memory else None
+        return {"stats": stats, "first_call_s": first_call_s, "peak_mib": peak}
+    except Exception as err:  # noqa: BLE001 -- any failure becomes a reported cell
+        result = failure(err)
+    release(inputs[0].device)  # after the except block, once the traceback has let go
+    return result
+
+
+def median(result: dict[str, Any] | None) -> float | None:
+    return result["stats"].median_ms if result and result.get("stats") else None
+
+
+def ms_cell(result: dict[str, Any] | None) -> str:
+    return "OOM" if result and result.get("oom") else fmt_num(median(result))
+
+
 def header_line(title: str, env: dict[str, Any]) -> str:
     """One markdown line: title, date, device, torch and the exact command."""
     if "gpu" in env:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import _timing as tm
+from _timing import failure, measure, median, ms_cell, release
 import fieldfuse
 from fieldfuse.reference import kplanes as ref
 
@@ -197,75 +198,6 @@ def fwd_bwd_step(loss: Callable[[InputSet], torch.Tensor]) -> Callable:
 
 def sum_of(features: FeaturesFn) -> Callable[[InputSet], torch.Tensor]:
     return lambda s: features(s).sum()
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def is_oom(err: BaseException) -> bool:
-    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
-
-
-def failure(err: BaseException) -> dict[str, Any]:
-    """A failed measurement as a result: OOM is flagged (the cell says so), others are listed.
-
-    Call `release` after the `except` block, once the traceback no longer holds the tensors.
-    """
-    return {"stats": None, "oom": is_oom(err),
-            "error": f"{type(err).__name__}: {err}".splitlines()[0]}
-
-
-def release(device: torch.device) -> None:
-    """Hand cached blocks back (after an OOM, or between configs)."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def peak_mib(step: Callable, x: Any) -> float | None:
-    """Peak CUDA memory one call allocates above what was allocated before it (the inputs)."""
-    if x.device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out = step(x)
-    torch.cuda.synchronize()
-    del out
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
-
-
-def measure(step: Callable, inputs: Sequence, budget: tm.Budget,
-            memory: bool = True) -> dict[str, Any]:
-    """Time one implementation; its first call (torch.compile's compile) is timed apart, and one
-    more call after the timing gives its peak memory.
-
-    A failure (unsupported dtype, compile error, out of memory) must not end the run: the error
-    goes into the result and the table prints a dash, or OOM.
-    """
-    try:
-        start = time.perf_counter()
-        step(inputs[0])
-        sync(inputs[0].device)
-        first_call_s = time.perf_counter() - start
-        stats = tm.time_fn(step, inputs, budget)
-        peak = peak_mib(step, inputs[0]) if memory else None
-        return {"stats": stats, "first_call_s": first_call_s, "peak_mib": peak}
-    except Exception as err:  # noqa: BLE001 -- any failure becomes a reported cell
-        result = failure(err)
-    release(inputs[0].device)
-    return result
-
-
-def median(result: dict[str, Any] | None) -> float | None:
-    return result["stats"].median_ms if result and result.get("stats") else None
-
-
-def ms_cell(result: dict[str, Any] | None) -> str:
-    if result and result.get("oom"):
-        return "OOM"
-    return tm.fmt_num(median(result))
 
 
 def mib_cell(result: dict[str, Any] | None) -> str:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 import _timing as tm
+from _timing import failure, measure, median, ms_cell, release
 import fieldfuse
 
 SEED = 0
@@ -299,39 +300,6 @@ def line_steps(impl: Callable | None, pass_name: str) -> Callable:
 # --- measuring -----------------------------------------------------------------------------------
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def release(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def is_oom(err: BaseException) -> bool:
-    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
-
-
-def failure(err: BaseException) -> dict[str, Any]:
-    """A failed measurement as a result; OOM is flagged so its cell says so."""
-    return {"stats": None, "oom": is_oom(err),
-            "error": f"{type(err).__name__}: {err}".splitlines()[0]}
-
-
-def peak_mib(step: Callable, x: Any) -> float | None:
-    """Peak CUDA memory one call allocates above what was allocated before it (the inputs)."""
-    if x.device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out = step(x)
-    torch.cuda.synchronize()
-    del out
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
-
-
 def graphed(step: Callable, inputs: Sequence) -> Callable:
     """`step` captured in one CUDA graph per input set; the returned step replays the graph of
     the set it is given. Warm-up calls run on a side stream first, as capture requires."""
@@ -350,31 +318,6 @@ def graphed(step: Callable, inputs: Sequence) -> Callable:
             outputs.append(step(x))  # kept alive: the graph writes into them
         graphs[id(x)] = graph
     return lambda x: graphs[id(x)].replay()
-
-
-def measure(step: Callable, inputs: Sequence, budget: tm.Budget) -> dict[str, Any]:
-    """Time one implementation. Its first call (torch.compile's compile) is timed apart and one
-    more call gives its peak memory. A failure becomes the result: the cell prints — or OOM."""
-    try:
-        start = time.perf_counter()
-        step(inputs[0])
-        sync(inputs[0].device)
-        first_call_s = time.perf_counter() - start
-        stats = tm.time_fn(step, inputs, budget)
-        return {"stats": stats, "first_call_s": first_call_s,
-                "peak_mib": peak_mib(step, inputs[0])}
-    except Exception as err:  # noqa: BLE001 -- any failure becomes a reported cell
-        result = failure(err)
-    release(inputs[0].device)  # after the except block, once the traceback has let go
-    return result
-
-
-def median(result: dict[str, Any] | None) -> float | None:
-    return result["stats"].median_ms if result and result.get("stats") else None
-
-
-def ms_cell(result: dict[str, Any] | None) -> str:
-    return "OOM" if result and result.get("oom") else tm.fmt_num(median(result))
 
 
 def as_tuple(out: Tensor | Sequence[Tensor]) -> tuple[Tensor, ...]:
@@ -715,8 +658,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.extra_dtypes = () if args.cpu else GPU_EXTRA_DTYPES
     args.configs = QUICK_CONFIGS if args.quick else CPU_CONFIGS if args.cpu else GPU_CONFIGS
     args.budget = tm.budget_for(args.quick, args.cpu)
-    args.copy_bytes = (tm.QUICK_COPY_BYTES if args.quick else tm.CPU_COPY_BYTES if args.cpu
-                       else tm.CUDA_COPY_BYTES)
+    args.copy_bytes = tm.copy_bytes_for(args.quick, args.cpu)
     return args
 
 

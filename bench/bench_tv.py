@@ -102,27 +102,6 @@ def make_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     return [torch.rand(shape, device=device).to(dtype).requires_grad_() for _ in range(count)]
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def measure(step: Callable, inputs: list, budget: tm.Budget) -> dict[str, Any]:
-    """Time one implementation; its first call (torch.compile's compile) is timed apart.
-
-    A failure (unsupported dtype, compile error, out of memory) must not end the run: the error
-    goes into the result and the table prints a dash.
-    """
-    try:
-        start = time.perf_counter()
-        step(inputs[0])
-        sync(inputs[0].device)
-        first_call_s = time.perf_counter() - start
-        return {"stats": tm.time_fn(step, inputs, budget), "first_call_s": first_call_s}
-    except Exception as err:  # noqa: BLE001 -- any failure becomes a reported cell
-        return {"stats": None, "error": f"{type(err).__name__}: {err}".splitlines()[0]}
-
-
 def flat64(out: torch.Tensor | tuple) -> torch.Tensor:
     parts = out if isinstance(out, tuple) else (out,)
     return torch.cat([part.detach().double().flatten() for part in parts])
@@ -164,7 +143,8 @@ def run_case(op: Op, pass_name: str, inputs: list, compiled: Callable | None,
         "dtype": DTYPE_LABELS[vol.dtype], "inputs_rotated": len(inputs),
         "floor_bytes": TRANSFERS_PER_VOXEL[pass_name] * vol.numel() * vol.element_size(),
         "rel_err": relative_error(steps["fieldfuse"], steps["eager"], vol),
-        "results": {name: measure(step, inputs, budget) if step else {"stats": None}
+        "results": {name: (tm.measure(step, inputs, budget, memory=False) if step
+                           else {"stats": None})
                     for name, step in steps.items()},
     }
 
@@ -245,8 +225,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.dtypes = CPU_DTYPES if args.cpu else GPU_DTYPES
     args.shapes = QUICK_SHAPES if args.quick else CPU_SHAPES if args.cpu else GPU_SHAPES
     args.budget = tm.budget_for(args.quick, args.cpu)
-    args.copy_bytes = (tm.QUICK_COPY_BYTES if args.quick else tm.CPU_COPY_BYTES if args.cpu
-                       else tm.CUDA_COPY_BYTES)
+    args.copy_bytes = tm.copy_bytes_for(args.quick, args.cpu)
     return args
 
 
