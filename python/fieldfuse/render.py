@@ -361,8 +361,8 @@ def volume_render_alpha(
 ) -> RenderOutput:
     """:func:`volume_render` with opacities ``α ∈ [0, 1]`` in place of ``1 − exp(−σ·δ)``.
 
-    The gradient to ``α`` is ``T_i·(q_i − U_i)`` (see ``render_math.h``), finite and exact at
-    ``α = 1``.
+    The gradient to ``α`` is ``T_i·q_i − V_i/(1 − α_i)`` (Note [stable backward] in
+    ``render_math.h``), finite and exact at ``α = 1``.
     """
     return _render("volume_render_alpha", alphas, rgbs, None, ts, offsets, transmittance_thresh,
                    background, prefix_transmittance, True, depth, weights, total_samples,

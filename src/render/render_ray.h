@@ -120,6 +120,28 @@ FF_HOST_DEVICE FF_FORCE_INLINE double sample_optical_depth(const VolumeRenderArg
                        : load<S>(a.sigmas, s) * load<S>(a.delta_ts, s);
 }
 
+/// Marches ray r in sample order by the rule of Note [compositing], calling
+/// `visit(s, absorption, T in front of s)` for each composited sample. Returns the first sample
+/// not composited; `trans` is left at T behind the last one.
+template <class S, class Visit>
+FF_HOST_DEVICE FF_FORCE_INLINE int64_t march_ray(const VolumeRenderArgs& a, int64_t r,
+                                                 int64_t begin, int64_t end, double& trans,
+                                                 const Visit& visit) {
+  trans = initial_transmittance<S>(a, r);
+  int64_t s = begin;
+  // A ray whose prefix transmittance is already at the threshold composites nothing, so marching
+  // in chunks (prefix = the previous chunk's T) equals marching in one pass.
+  bool done = terminates(trans, a.threshold);
+  while (!done && s < end) {
+    const Absorption<double> ab = sample_absorption<S>(a, s);
+    visit(s, ab, trans);
+    trans *= ab.factor;
+    ++s;
+    done = terminates(trans, a.threshold);
+  }
+  return s;
+}
+
 /// Forward of ray r (Note [compositing]): every requested output of the ray is written.
 template <class S>
 FF_HOST_DEVICE void render_ray_forward(const VolumeRenderArgs& a, int64_t r) {
@@ -128,28 +150,20 @@ FF_HOST_DEVICE void render_ray_forward(const VolumeRenderArgs& a, int64_t r) {
   for (int64_t c0 = 0; c0 < a.channels; c0 += kChannelBlock) {
     const bool first_block = c0 == 0;
     double colour[kChannelBlock] = {0, 0, 0, 0};
-    double trans = initial_transmittance<S>(a, r), opacity = 0, depth = 0;
+    double trans, opacity = 0, depth = 0;
     RayState state;
-    int64_t s = begin;
-    // A ray whose prefix transmittance is already at the threshold composites nothing, so marching
-    // in chunks (prefix = the previous chunk's T) equals marching in one pass.
-    bool done = terminates(trans, a.threshold);
-    while (!done && s < end) {
-      const Absorption<double> ab = sample_absorption<S>(a, s);
-      const double w = ab.alpha * trans;
+    const auto composite = [&](int64_t t, const Absorption<double>& ab, double before) {
+      const double w = ab.alpha * before;
       for (int j = 0; j < kChannelBlock; ++j) {
-        if (c0 + j < a.channels) colour[j] += w * load<S>(a.rgbs, s, c0 + j);
+        if (c0 + j < a.channels) colour[j] += w * load<S>(a.rgbs, t, c0 + j);
       }
-      if (first_block) {
-        opacity += w;
-        if (a.depth.present()) depth += w * load<S>(a.ts, s);
-        if (a.weights.present()) store<S>(a.weights, s, w);
-        if (a.ray_state.present()) add_depth(state, sample_optical_depth<S>(a, s));
-      }
-      trans *= ab.factor;
-      ++s;
-      done = terminates(trans, a.threshold);
-    }
+      if (!first_block) return;
+      opacity += w;
+      if (a.depth.present()) depth += w * load<S>(a.ts, t);
+      if (a.weights.present()) store<S>(a.weights, t, w);
+      if (a.ray_state.present()) add_depth(state, sample_optical_depth<S>(a, t));
+    };
+    const int64_t s = march_ray<S>(a, r, begin, end, trans, composite);
     for (int j = 0; j < kChannelBlock; ++j) {
       if (c0 + j >= a.channels) break;
       const double bg = a.background.present() ? load<S>(a.background, r, c0 + j) : 0.0;
@@ -178,17 +192,10 @@ template <class S>
 FF_HOST_DEVICE RayState march_ray_state(const VolumeRenderArgs& a, int64_t r, int64_t begin,
                                         int64_t end) {
   RayState state;
-  double trans = initial_transmittance<S>(a, r);
-  int64_t s = begin;
-  bool done = terminates(trans, a.threshold);
-  while (!done && s < end) {
-    add_depth(state, sample_optical_depth<S>(a, s));
-    trans *= sample_absorption<S>(a, s).factor;
-    ++s;
-    done = terminates(trans, a.threshold);
-  }
-  state.stop = s;
-  state.trans_final = trans;
+  state.stop = march_ray<S>(a, r, begin, end, state.trans_final,
+                            [&](int64_t s, const Absorption<double>&, double) {
+                              add_depth(state, sample_optical_depth<S>(a, s));
+                            });
   return state;
 }
 
