@@ -25,11 +25,19 @@ def dl(tensor: torch.Tensor):
     return to_dlpack(tensor)
 
 
+# The current stream's handle without building a torch.cuda.Stream object: the public route costs
+# about 30 µs a call on the H100 machines we measured, twice per training step of a small op. It is
+# the function torch.compile's generated code calls for the same value; builds without CUDA lack it.
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def stream_of(tensor: torch.Tensor) -> int:
     """The CUDA stream the op must run on (the current stream of the tensor's device), or 0 on CPU."""
-    if tensor.device.type == "cuda":
-        return torch.cuda.current_stream(tensor.device).cuda_stream
-    return 0
+    if tensor.device.type != "cuda":
+        return 0
+    if _current_raw_stream is not None:
+        return _current_raw_stream(tensor.device.index)
+    return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 def workspace(nbytes: int, device: torch.device) -> torch.Tensor:

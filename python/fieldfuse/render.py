@@ -42,8 +42,15 @@ def _opt(t: Tensor | None):
 
 
 def _empty(like: Tensor) -> Tensor:
-    """A fresh 0-element placeholder for an output nobody asked for (outputs must not alias)."""
+    """A fresh 0-element placeholder for an output nobody asked for (the registered ops must return
+    a tensor for every output, and outputs must not alias)."""
     return like.new_empty((0,))
+
+
+def _nothing(like: Tensor) -> None:
+    """No placeholder: eager calls return None for outputs nobody asked for, and spare an
+    allocation each (about 6 µs on CUDA, nine in a training step)."""
+    return None
 
 
 def _check_offsets(op: str, offsets: Tensor, num_samples: int) -> None:
@@ -94,14 +101,15 @@ class RenderOutput(NamedTuple):
 _RAY_STATE_FIELDS = 4
 
 
-def _render_outputs(sigmas: Tensor, rgbs: Tensor, offsets: Tensor, wants: list[bool]):
+def _render_outputs(sigmas: Tensor, rgbs: Tensor, offsets: Tensor, wants: list[bool],
+                    placeholder=_empty):
     """rgb, then opacity, depth, weights, total_samples, transmittance and the ray state, each
-    0-element where not wanted."""
+    `placeholder(sigmas)` where not wanted."""
     r, n, c = offsets.shape[0] - 1, sigmas.shape[0], rgbs.shape[1]
     shapes = ((r,), (r,), (n,), (r,), (r,), (r, _RAY_STATE_FIELDS))
     dtypes = (sigmas.dtype, sigmas.dtype, sigmas.dtype, torch.int64, sigmas.dtype, torch.float64)
     rest = [
-        sigmas.new_empty(shape, dtype=dtype) if want else _empty(sigmas)
+        sigmas.new_empty(shape, dtype=dtype) if want else placeholder(sigmas)
         for want, shape, dtype in zip(wants, shapes, dtypes, strict=True)
     ]
     return (sigmas.new_empty((r, c)), *rest)
@@ -119,7 +127,14 @@ def _render_forward(
     alpha_input: bool,
     wants: list[bool],
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    outs = _render_outputs(sigmas, rgbs, offsets, wants)
+    return _run_render_forward(_empty, sigmas, rgbs, delta_ts, ts, offsets, threshold, background,
+                               prefix, alpha_input, wants)
+
+
+def _run_render_forward(placeholder, sigmas, rgbs, delta_ts, ts, offsets, threshold, background,
+                        prefix, alpha_input, wants):
+    """The forward, with `placeholder(sigmas)` for the outputs not wanted."""
+    outs = _render_outputs(sigmas, rgbs, offsets, wants, placeholder)
     optional = [dl(o) if want else None for o, want in zip(outs[1:], wants, strict=True)]
     _C.volume_render_forward(
         dl(sigmas), alpha_input, dl(rgbs), _opt(delta_ts), _opt(ts), dl(offsets), threshold,
@@ -137,13 +152,14 @@ def _(sigmas, rgbs, delta_ts, ts, offsets, threshold, background, prefix, alpha_
     return _render_outputs(sigmas, rgbs, offsets, wants)
 
 
-def _render_gradients(sigmas, rgbs, delta_ts, ts, background, prefix, offsets, wants):
+def _render_gradients(sigmas, rgbs, delta_ts, ts, background, prefix, offsets, wants,
+                      placeholder=_empty):
     r, c = offsets.shape[0] - 1, rgbs.shape[1]
     inputs = (sigmas, rgbs, delta_ts, ts, background, prefix)
     grads = []
     for i, (want, t) in enumerate(zip(wants, inputs, strict=True)):
         if not want or t is None:
-            grads.append(_empty(sigmas))
+            grads.append(placeholder(sigmas))
         elif i == 4:
             # Per-ray background gradients, in float32 for 16-bit inputs: a shared background
             # sums them, and that sum must round once, not once per ray.
@@ -171,7 +187,17 @@ def _render_backward(
     alpha_input: bool,
     wants: list[bool],
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    grads = _render_gradients(sigmas, rgbs, delta_ts, ts, background, prefix, offsets, wants)
+    return _run_render_backward(_empty, grad_rgb, grad_opacity, grad_depth, grad_weights,
+                                grad_transmittance, ray_state, sigmas, rgbs, delta_ts, ts, offsets,
+                                threshold, background, prefix, alpha_input, wants)
+
+
+def _run_render_backward(placeholder, grad_rgb, grad_opacity, grad_depth, grad_weights,
+                         grad_transmittance, ray_state, sigmas, rgbs, delta_ts, ts, offsets,
+                         threshold, background, prefix, alpha_input, wants):
+    """The backward, with `placeholder(sigmas)` for the gradients not wanted."""
+    grads = _render_gradients(sigmas, rgbs, delta_ts, ts, background, prefix, offsets, wants,
+                              placeholder)
     inputs = (sigmas, rgbs, delta_ts, ts, background, prefix)
     out = [dl(g) if want and t is not None else None
            for g, want, t in zip(grads, wants, inputs, strict=True)]
@@ -214,11 +240,12 @@ def _render_grad(ctx, grad_rgb, grad_opacity, grad_depth, grad_weights, _grad_to
                 zip((grad_opacity, grad_depth, grad_weights, grad_trans),
                     (ctx.output_wants[0], ctx.output_wants[1], ctx.output_wants[2],
                      ctx.output_wants[4]), strict=True)]
-    backward = _render_backward if getattr(ctx, "eager", False) else volume_render_backward
-    grads = backward(
-        grad_rgb, *upstream, state, sigmas, rgbs, delta_ts, ts, offsets, ctx.threshold, background,
-        prefix, ctx.alpha_input, [bool(w) for w in wants],
-    )
+    args = (grad_rgb, *upstream, state, sigmas, rgbs, delta_ts, ts, offsets, ctx.threshold,
+            background, prefix, ctx.alpha_input, [bool(w) for w in wants])
+    if getattr(ctx, "eager", False):
+        grads = _run_render_backward(_nothing, *args)
+    else:
+        grads = volume_render_backward(*args)
     g_sigmas, g_rgbs, g_delta, g_ts, g_bg, g_prefix = (
         g if w else None for g, w in zip(grads, wants, strict=True)
     )
@@ -249,11 +276,12 @@ class _VolumeRender(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, *inputs):
-        outs = _render_forward(*inputs)
+        outs = _run_render_forward(_nothing, *inputs)
         _setup_render(ctx, inputs, outs)
         ctx.eager = True
         ctx.set_materialize_grads(False)
-        ctx.mark_non_differentiable(outs[4], outs[6])  # total_samples, ray state
+        # total_samples and the ray state (None where not computed).
+        ctx.mark_non_differentiable(*(o for o in (outs[4], outs[6]) if o is not None))
         return outs
 
     @staticmethod
@@ -292,7 +320,8 @@ def _render(op, sigmas, rgbs, delta_ts, ts, offsets, thresh, background, prefix,
     if _through_library(sigmas):
         outs = volume_render_forward(*args)
     else:
-        outs = _VolumeRender.apply(*args) if differentiable else _render_forward(*args)
+        outs = (_VolumeRender.apply(*args) if differentiable
+                else _run_render_forward(_nothing, *args))
     return RenderOutput(outs[0], outs[1], *(o if w else None
                                             for o, w in zip(outs[2:6], wants[1:5], strict=True)))
 
