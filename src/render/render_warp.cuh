@@ -64,8 +64,8 @@ struct Dense {
 // The render routines also have instances for C = 1 and C = 3 (grey and RGB), chosen for dense
 // inputs (Note [dense layout]): they see the channel count as a compile-time constant, so the
 // per-channel predicates, the row-offset products and the loops past the first channel block fold
-// away. The RGB instances issue about a fifth fewer instructions; forward + backward at R = 65 536
-// × 256 went from 0.526 to 0.466 ms (H100). Other counts take the instance (kChannels = 0) that
+// away. The RGB instances are about a fifth smaller in SASS; forward + backward at R = 65 536 ×
+// 256 went from 0.526 to 0.466 ms (H100). Other counts take the instance (kChannels = 0) that
 // reads C at run time. The CPU driver keeps one instance: there a fixed C made the forward 27%
 // faster with its inputs in cache, but no faster streaming them from memory (the benchmark's
 // setting), and the backward not at all.
