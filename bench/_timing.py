@@ -203,6 +203,21 @@ def bench_parser(description: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_bench_args(parser: argparse.ArgumentParser,
+                     argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parses `argv` and adds what the shared flags imply: the device (an error without CUDA unless
+    --cpu), whether to compile (by default on CUDA only), the timing budget and the copy-probe
+    size."""
+    args = parser.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        parser.error("no CUDA device; pass --cpu to time the CPU path")
+    args.device = torch.device("cpu" if args.cpu else "cuda")
+    args.compile = (not args.cpu) if args.compile is None else args.compile
+    args.budget = budget_for(args.quick, args.cpu)
+    args.copy_bytes = copy_bytes_for(args.quick, args.cpu)
+    return args
+
+
 def publish(out_dir: Path, stem: str, payload: dict[str, Any], markdown: str,
             notes: Sequence[str]) -> None:
     """Writes the report (failures appended), echoes the failures and paths to stderr and prints

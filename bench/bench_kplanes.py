@@ -738,17 +738,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also compile the baseline at the production config (slow)")
     parser.add_argument("--no-step", dest="step", action="store_false",
                         help="skip the full training-step table")
-    args = parser.parse_args(argv)
-    if not args.cpu and not torch.cuda.is_available():
-        parser.error("no CUDA device; pass --cpu to time the CPU path")
-    args.device = torch.device("cpu" if args.cpu else "cuda")
-    args.compile = (not args.cpu) if args.compile is None else args.compile
+    args = tm.parse_bench_args(parser, argv)
     args.compile_configs = DEFAULT_COMPILE_CONFIGS + (("production",) if args.compile_production
                                                       else ())
     args.dtypes = CPU_DTYPES if args.cpu else GPU_DTYPES
     args.configs = QUICK_CONFIGS if args.quick else CPU_CONFIGS if args.cpu else GPU_CONFIGS
     args.step_config = QUICK_STEP if args.quick else CPU_STEP if args.cpu else GPU_STEP
-    args.budget = tm.budget_for(args.quick, args.cpu)
     return args
 
 

@@ -650,15 +650,9 @@ def summary(env: dict[str, Any], copy: dict[str, Any], entries: list[dict], comp
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = tm.bench_parser(__doc__)
-    args = parser.parse_args(argv)
-    if not args.cpu and not torch.cuda.is_available():
-        parser.error("no CUDA device; pass --cpu to time the CPU path")
-    args.device = torch.device("cpu" if args.cpu else "cuda")
-    args.compile = (not args.cpu) if args.compile is None else args.compile
+    args = tm.parse_bench_args(parser, argv)
     args.extra_dtypes = () if args.cpu else GPU_EXTRA_DTYPES
     args.configs = QUICK_CONFIGS if args.quick else CPU_CONFIGS if args.cpu else GPU_CONFIGS
-    args.budget = tm.budget_for(args.quick, args.cpu)
-    args.copy_bytes = tm.copy_bytes_for(args.quick, args.cpu)
     return args
 
 

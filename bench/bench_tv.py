@@ -217,15 +217,9 @@ def summary(env: dict[str, Any], copy: dict[str, Any], elapsed_s: float) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = tm.bench_parser(__doc__)
-    args = parser.parse_args(argv)
-    if not args.cpu and not torch.cuda.is_available():
-        parser.error("no CUDA device; pass --cpu to time the CPU path")
-    args.device = torch.device("cpu" if args.cpu else "cuda")
-    args.compile = (not args.cpu) if args.compile is None else args.compile
+    args = tm.parse_bench_args(parser, argv)
     args.dtypes = CPU_DTYPES if args.cpu else GPU_DTYPES
     args.shapes = QUICK_SHAPES if args.quick else CPU_SHAPES if args.cpu else GPU_SHAPES
-    args.budget = tm.budget_for(args.quick, args.cpu)
-    args.copy_bytes = tm.copy_bytes_for(args.quick, args.cpu)
     return args
 
 
