@@ -23,27 +23,11 @@ from torch.testing import assert_close
 
 import fieldfuse
 from fieldfuse.reference import kplanes as ref
+from device_params import CUDA_MARKS, DEVICES, FLOAT_DTYPES, cuda_only
 
 F32, F64 = torch.float32, torch.float64
 EPS32 = torch.finfo(torch.float32).eps
 
-HAS_CUDA = torch.cuda.is_available()
-requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
-CUDA_MARKS = (pytest.mark.cuda, requires_cuda)
-
-
-def cuda_only(fn):
-    for mark in CUDA_MARKS:
-        fn = mark(fn)
-    return fn
-
-
-def _device(device: str):
-    return pytest.param(device, id=device, marks=CUDA_MARKS if device == "cuda" else ())
-
-
-DEVICES = [_device("cpu"), _device("cuda")]
-FLOAT_DTYPES = [pytest.param(F32, id="float32"), pytest.param(F64, id="float64")]
 
 # (gx, gy) indices into the rotated point, per plane (specs/kplanes.md).
 TILTED_PAIRS = ((0, 1), (2, 0), (1, 2))

@@ -19,27 +19,10 @@ from torch.testing import assert_close
 
 import fieldfuse
 from fieldfuse.reference import render as ref
+from device_params import CUDA_MARKS, DEVICES, FLOAT_DTYPES, cuda_only
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 I64 = torch.int64
-
-HAS_CUDA = torch.cuda.is_available()
-requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
-CUDA_MARKS = (pytest.mark.cuda, requires_cuda)
-
-
-def cuda_only(fn):
-    for mark in CUDA_MARKS:
-        fn = mark(fn)
-    return fn
-
-
-def _device(device: str):
-    return pytest.param(device, id=device, marks=CUDA_MARKS if device == "cuda" else ())
-
-
-DEVICES = [_device("cpu"), _device("cuda")]
-FLOAT_DTYPES = [pytest.param(F32, id="float32"), pytest.param(F64, id="float64")]
 
 
 def _device_dtypes(sixteen_bit: bool = True):

@@ -14,12 +14,9 @@ import pytest
 import torch
 
 import fieldfuse
+from device_params import DEVICES, HAS_CUDA
 
 F32, F64, I64 = torch.float32, torch.float64, torch.int64
-
-HAS_CUDA = torch.cuda.is_available()
-CUDA_MARKS = (pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA"))
-DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=CUDA_MARKS)]
 
 RENDER = r"volume_render\w*\(\)"
 LINE = r"line_integral\w*\(\)"
