@@ -31,6 +31,34 @@ void slot_point(const Problem& pb, const Slot& slot, T (&p)[3]) {
 /// Work units (corner loads) of one slot, for parallel_for's grain.
 int64_t slot_work(const Problem& pb) { return 12 * std::max<int64_t>(1, pb.num_features); }
 
+/// The taps of rotated point r on tilt t's three planes of `level` (written to `taps`), then
+/// `per_channel(c, corners)` for every channel c with the three planes' corners. Channels-last
+/// planes get their own instance of the loop, which vectorises.
+template <Variant V, class T, class PerChannel>
+void for_each_channel(const Level& level, int t, const T (&r)[3], BilinearTap<T> (&taps)[3],
+                      const PerChannel& per_channel) {
+  const PlaneView& v = level.view;
+  const T* plane = static_cast<const T*>(level.data);
+  plane_taps<V>(r, v.height, v.width, taps);
+  const CornerRows<T> rows[3] = {corner_rows(plane, v, 3 * t, taps[0]),
+                                 corner_rows(plane, v, 3 * t + 1, taps[1]),
+                                 corner_rows(plane, v, 3 * t + 2, taps[2])};
+  const auto channels = [&](auto dense) {
+    constexpr bool kDense = decltype(dense)::value;
+    for (int64_t c = 0; c < v.channels; ++c) {
+      const Corners<T> corners[3] = {rows[0].template load<T, kDense>(c),
+                                     rows[1].template load<T, kDense>(c),
+                                     rows[2].template load<T, kDense>(c)};
+      per_channel(c, corners);
+    }
+  };
+  if (v.stride_c == 1) {
+    channels(std::true_type{});
+  } else {
+    channels(std::false_type{});
+  }
+}
+
 /// Features, tilt by tilt: a work item is one tilt over a chunk of kSlotsPerChunk slots, so the
 /// planes a thread reads at a time are one tilt's (a third of a level's for T = 1, 1/3T in
 /// general), which stay in cache far better than every tilt's planes per point.
@@ -41,50 +69,33 @@ void forward_typed(const Problem& pb, const ForwardOutputs& out) {
   const int64_t num_points = pb.pts.rows, num_taps = pb.tap_pts.rows, f = pb.num_features;
   const T h = static_cast<T>(pb.h);
   const int64_t chunks = (pb.num_slots() + kSlotsPerChunk - 1) / kSlotsPerChunk;
-  parallel_for(0, chunks * pb.num_tilts, kSlotsPerChunk * slot_work(pb) / pb.num_tilts,
-               [&](int64_t item) {
-                 const int t = static_cast<int>(item / chunks);
-                 const int64_t chunk = item % chunks;
-                 T R[9];
-                 rotation_of<V>(pb, t, R);
-                 const int64_t end = std::min(pb.num_slots(), (chunk + 1) * kSlotsPerChunk);
-                 for (int64_t s = chunk * kSlotsPerChunk; s < end; ++s) {
-                   const Slot slot = slot_of(s, num_points);
-                   T p[3];
-                   slot_point(pb, slot, p);
-                   for (int tap = 0; tap < slot.num_positions; ++tap) {
-                     T* row = slot.is_tap_point ? tap_features + (tap * num_taps + slot.row) * f
-                                                : features + slot.row * f;
-                     T r[3];
-                     tap_position<V>(R, p, tap, h, r);
-                     for (const Level& level : pb.levels) {
-                       const PlaneView& v = level.view;
-                       const T* plane = static_cast<const T*>(level.data);
-                       BilinearTap<T> taps[3];
-                       plane_taps<V>(r, v.height, v.width, taps);
-                       const T gate = static_cast<T>(level.gate);
-                       T* out_row = row + level.column + t * v.channels;
-                       const CornerRows<T> rows[3] = {corner_rows(plane, v, 3 * t, taps[0]),
-                                                      corner_rows(plane, v, 3 * t + 1, taps[1]),
-                                                      corner_rows(plane, v, 3 * t + 2, taps[2])};
-                       const auto channels = [&](auto dense) {
-                         constexpr bool kDense = decltype(dense)::value;
-                         for (int64_t c = 0; c < v.channels; ++c) {
-                           const Corners<T> corners[3] = {rows[0].template load<T, kDense>(c),
-                                                          rows[1].template load<T, kDense>(c),
-                                                          rows[2].template load<T, kDense>(c)};
-                           out_row[c] = channel_feature(taps, corners) * gate;
-                         }
-                       };
-                       if (v.stride_c == 1) {
-                         channels(std::true_type{});
-                       } else {
-                         channels(std::false_type{});
-                       }
-                     }
-                   }
-                 }
-               });
+  parallel_for(
+      0, chunks * pb.num_tilts, kSlotsPerChunk * slot_work(pb) / pb.num_tilts, [&](int64_t item) {
+        const int t = static_cast<int>(item / chunks);
+        const int64_t chunk = item % chunks;
+        T R[9];
+        rotation_of<V>(pb, t, R);
+        const int64_t end = std::min(pb.num_slots(), (chunk + 1) * kSlotsPerChunk);
+        for (int64_t s = chunk * kSlotsPerChunk; s < end; ++s) {
+          const Slot slot = slot_of(s, num_points);
+          T p[3];
+          slot_point(pb, slot, p);
+          for (int tap = 0; tap < slot.num_positions; ++tap) {
+            T* row = slot.is_tap_point ? tap_features + (tap * num_taps + slot.row) * f
+                                       : features + slot.row * f;
+            T r[3];
+            tap_position<V>(R, p, tap, h, r);
+            for (const Level& level : pb.levels) {
+              const T gate = static_cast<T>(level.gate);
+              T* out_row = row + level.column + t * level.view.channels;
+              BilinearTap<T> taps[3];
+              for_each_channel<V>(level, t, r, taps, [&](int64_t c, const Corners<T>(&corners)[3]) {
+                out_row[c] = channel_feature(taps, corners) * gate;
+              });
+            }
+          }
+        }
+      });
 }
 
 /// The upstream gradient of feature column `col` of position `tap` of a slot.
@@ -99,33 +110,16 @@ T upstream(const BackwardArgs& a, const Slot& slot, int tap, int64_t col) {
 template <Variant V, class T, class Scatter>
 void level_backward(const BackwardArgs& a, const Slot& slot, int tap, int t, const Level& level,
                     const T (&r)[3], T (&dr)[3], const Scatter& scatter) {
-  const PlaneView& v = level.view;
-  const T* plane = static_cast<const T*>(level.data);
-  BilinearTap<T> taps[3];
-  plane_taps<V>(r, v.height, v.width, taps);
   const T gate = static_cast<T>(level.gate);
   T d_index_x[3] = {0, 0, 0}, d_index_y[3] = {0, 0, 0};
-  const int64_t first_col = level.column + t * v.channels;
-  const CornerRows<T> rows[3] = {corner_rows(plane, v, 3 * t, taps[0]),
-                                 corner_rows(plane, v, 3 * t + 1, taps[1]),
-                                 corner_rows(plane, v, 3 * t + 2, taps[2])};
-  const auto channels = [&](auto dense) {
-    constexpr bool kDense = decltype(dense)::value;
-    for (int64_t c = 0; c < v.channels; ++c) {
-      const Corners<T> corners[3] = {rows[0].template load<T, kDense>(c),
-                                     rows[1].template load<T, kDense>(c),
-                                     rows[2].template load<T, kDense>(c)};
-      const T g = upstream<T>(a, slot, tap, first_col + c) * gate;
-      T d_sample[3];
-      channel_backward(taps, corners, g, d_sample, d_index_x, d_index_y);
-      scatter(c, taps, d_sample);
-    }
-  };
-  if (v.stride_c == 1) {
-    channels(std::true_type{});
-  } else {
-    channels(std::false_type{});
-  }
+  const int64_t first_col = level.column + t * level.view.channels;
+  BilinearTap<T> taps[3];
+  for_each_channel<V>(level, t, r, taps, [&](int64_t c, const Corners<T>(&corners)[3]) {
+    const T g = upstream<T>(a, slot, tap, first_col + c) * gate;
+    T d_sample[3];
+    channel_backward(taps, corners, g, d_sample, d_index_x, d_index_y);
+    scatter(c, taps, d_sample);
+  });
   rotated_point_gradient<V>(taps, d_index_x, d_index_y, dr);
 }
 
