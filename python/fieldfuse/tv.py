@@ -21,70 +21,72 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from . import _registry
 from ._backend import _C, check_tensor, dl, float_list, reduced_dtype, stream_of, workspace
 
 
-def _reduced_output(x: Tensor, num_outputs: int = 1) -> Tensor:
+def _reduced_output(x: Tensor, num_outputs: int) -> Tensor:
     """The uninitialised output of a reduction over x (the real and the fake impls share it)."""
     return x.new_empty(() if num_outputs == 1 else (num_outputs,), dtype=reduced_dtype(x.dtype))
 
 
-def _gradient_like(x: Tensor, *_) -> Tensor:
-    """The uninitialised gradient of x, in x's layout; the fake impl of every backward op."""
-    return torch.empty_like(x)
+def _functional(name: str, arg: str, options: str, num_outputs: int = 1, workspace_options=None):
+    """The forward and backward entries of one functional ``name(arg, *options)``.
 
-
-def _forward(x: Tensor, size_fn, forward_fn, *options, num_outputs: int = 1) -> Tensor:
-    """Allocates the reduced output and workspace, then runs a core forward on x's stream.
-
-    A DLPack capsule is consumed by the call it is passed to, so x is exported once per call.
+    ``options`` is the schema of the arguments after the input (e.g. ``", float eps"``); both ops
+    pass them to ``_C.<name>_forward`` / ``_C.<name>_backward`` unchanged. ``workspace_options``
+    maps them to what ``_C.<name>_workspace_size`` takes after the input (default: nothing).
     """
-    out = _reduced_output(x, num_outputs)
-    scratch = workspace(size_fn(dl(x)), x.device)
-    forward_fn(dl(x), *options, dl(out), dl(scratch), stream_of(x))
-    return out
+    workspace_size = getattr(_C, f"{name}_workspace_size")
+    forward_fn, backward_fn = getattr(_C, f"{name}_forward"), getattr(_C, f"{name}_backward")
+    workspace_options = workspace_options or (lambda *options: ())
+    
+    def forward(x, *options):
+        out = _reduced_output(x, num_outputs)
+        scratch = workspace(workspace_size(dl(x), *workspace_options(*options)), x.device)
+        forward_fn(dl(x), *options, dl(out), dl(scratch), stream_of(x))
+        return out
+
+    def forward_fake(x, *options):
+        return _reduced_output(x, num_outputs)
+
+    def backward(x, *options_and_grad_out):
+        grad = torch.empty_like(x)  # every element is written
+        *options, grad_out = options_and_grad_out
+        backward_fn(dl(x), *options, dl(grad_out), dl(grad), stream_of(x))
+        return grad
+
+    def backward_fake(x, *options_and_grad_out):
+        return torch.empty_like(x)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.options = inputs[1:]
+
+    def gradient(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return (_ops[f"{name}_backward"](x, *ctx.options, grad_out),) + (None,) * len(ctx.options)
+
+    return [
+        _registry.OpSpec(
+            f"{name}_forward", forward, forward_fake, setup_context, gradient,
+            schema=f"(Tensor {arg}{options}) -> Tensor",
+        ),
+        _registry.OpSpec(
+            f"{name}_backward", backward, backward_fake,
+            schema=f"(Tensor {arg}{options}, Tensor grad_out) -> Tensor",
+        ),
+    ]
 
 
-def _backward(x: Tensor, backward_fn, *options_and_grad_out: Tensor) -> Tensor:
-    """Runs a core backward into a fresh gradient with x's layout (every element is written)."""
-    grad = _gradient_like(x)
-    args = [dl(a) if isinstance(a, Tensor) else a for a in options_and_grad_out]
-    backward_fn(dl(x), *args, dl(grad), stream_of(x))
-    return grad
-
-
-def _save_input(ctx, inputs, output) -> None:
-    ctx.save_for_backward(inputs[0])
-    ctx.options = inputs[1:]
-
-
-# --- tv_sq_3d ---------------------------------------------------------------------------------
-
-
-@torch.library.custom_op("fieldfuse::tv_sq_3d_forward", mutates_args=())
-def tv_sq_3d_forward(vol: Tensor) -> Tensor:
-    return _forward(vol, _C.tv_sq_3d_workspace_size, _C.tv_sq_3d_forward)
-
-
-@torch.library.custom_op("fieldfuse::tv_sq_3d_backward", mutates_args=())
-def tv_sq_3d_backward(vol: Tensor, grad_out: Tensor) -> Tensor:
-    return _backward(vol, _C.tv_sq_3d_backward, grad_out)
-
-
-tv_sq_3d_backward.register_fake(_gradient_like)
-
-
-@tv_sq_3d_forward.register_fake
-def _(vol):
-    return _reduced_output(vol)
-
-
-def _tv_sq_3d_grad(ctx, grad_out):
-    (vol,) = ctx.saved_tensors
-    return tv_sq_3d_backward(vol, grad_out)
-
-
-tv_sq_3d_forward.register_autograd(_tv_sq_3d_grad, setup_context=_save_input)
+# Note [op table]: every TV op, registered once (custom op, fake, autograd, eager fast path).
+_ops = _registry.register(
+    _functional("tv_sq_3d", "vol", "")
+    + _functional("tv_iso_3d", "vol", ", float eps")
+    + _functional("tv_l1_3d", "vol", "", num_outputs=3)
+    + _functional("tv_weighted_l1", "array", ", float[] weights",
+                  workspace_options=lambda weights: (len(weights),))
+)
 
 
 def tv_sq_3d(vol: Tensor) -> Tensor:
@@ -97,38 +99,8 @@ def tv_sq_3d(vol: Tensor) -> Tensor:
         A 0-d tensor (float32 for 16-bit inputs, else vol's dtype). Gradient:
         ``2·Σ_axes [(v − prev)·[prev exists] − (next − v)·[next exists]]``.
     """
-    check_tensor("tv_sq_3d", "vol", vol)
-    return tv_sq_3d_forward(vol)
-
-
-# --- tv_iso_3d --------------------------------------------------------------------------------
-
-
-@torch.library.custom_op("fieldfuse::tv_iso_3d_forward", mutates_args=())
-def tv_iso_3d_forward(vol: Tensor, eps: float) -> Tensor:
-    return _forward(vol, _C.tv_iso_3d_workspace_size, _C.tv_iso_3d_forward, eps)
-
-
-@torch.library.custom_op("fieldfuse::tv_iso_3d_backward", mutates_args=())
-def tv_iso_3d_backward(vol: Tensor, eps: float, grad_out: Tensor) -> Tensor:
-    return _backward(vol, _C.tv_iso_3d_backward, eps, grad_out)
-
-
-tv_iso_3d_backward.register_fake(_gradient_like)
-
-
-@tv_iso_3d_forward.register_fake
-def _(vol, eps):
-    return _reduced_output(vol)
-
-
-def _tv_iso_3d_grad(ctx, grad_out):
-    (vol,) = ctx.saved_tensors
-    (eps,) = ctx.options
-    return tv_iso_3d_backward(vol, eps, grad_out), None
-
-
-tv_iso_3d_forward.register_autograd(_tv_iso_3d_grad, setup_context=_save_input)
+    check_tensor("tv_sq_3d", "vol", vol)  # allocating the output reads its dtype and device
+    return _ops["tv_sq_3d_forward"](vol)
 
 
 def tv_iso_3d(vol: Tensor, *, eps: float = 1e-8) -> Tensor:
@@ -145,37 +117,8 @@ def tv_iso_3d(vol: Tensor, *, eps: float = 1e-8) -> Tensor:
     Returns:
         A 0-d tensor (float32 for 16-bit inputs, else vol's dtype).
     """
-    check_tensor("tv_iso_3d", "vol", vol)
-    return tv_iso_3d_forward(vol, float(eps))
-
-
-# --- tv_l1_3d ---------------------------------------------------------------------------------
-
-
-@torch.library.custom_op("fieldfuse::tv_l1_3d_forward", mutates_args=())
-def tv_l1_3d_forward(vol: Tensor) -> Tensor:
-    return _forward(vol, _C.tv_l1_3d_workspace_size, _C.tv_l1_3d_forward, num_outputs=3)
-
-
-@torch.library.custom_op("fieldfuse::tv_l1_3d_backward", mutates_args=())
-def tv_l1_3d_backward(vol: Tensor, grad_out: Tensor) -> Tensor:
-    return _backward(vol, _C.tv_l1_3d_backward, grad_out)
-
-
-tv_l1_3d_backward.register_fake(_gradient_like)
-
-
-@tv_l1_3d_forward.register_fake
-def _(vol):
-    return _reduced_output(vol, num_outputs=3)
-
-
-def _tv_l1_3d_grad(ctx, grad_out):
-    (vol,) = ctx.saved_tensors
-    return tv_l1_3d_backward(vol, grad_out)
-
-
-tv_l1_3d_forward.register_autograd(_tv_l1_3d_grad, setup_context=_save_input)
+    check_tensor("tv_iso_3d", "vol", vol)  # allocating the output reads its dtype and device
+    return _ops["tv_iso_3d_forward"](vol, float(eps))
 
 
 def tv_l1_3d(vol: Tensor) -> Tensor:
@@ -190,41 +133,8 @@ def tv_l1_3d(vol: Tensor) -> Tensor:
         A tensor of 3 sums (float32 for 16-bit inputs, else vol's dtype). The gradient uses
         ``sign(Δ)`` with ``sign(0) = 0``, so a constant volume gets an exactly-zero gradient.
     """
-    check_tensor("tv_l1_3d", "vol", vol)
-    return tv_l1_3d_forward(vol)
-
-
-# --- tv_weighted_l1 ---------------------------------------------------------------------------
-
-
-@torch.library.custom_op("fieldfuse::tv_weighted_l1_forward", mutates_args=())
-def tv_weighted_l1_forward(array: Tensor, weights: list[float]) -> Tensor:
-    def size_fn(capsule):
-        return _C.tv_weighted_l1_workspace_size(capsule, len(weights))
-
-    return _forward(array, size_fn, _C.tv_weighted_l1_forward, weights)
-
-
-@torch.library.custom_op("fieldfuse::tv_weighted_l1_backward", mutates_args=())
-def tv_weighted_l1_backward(array: Tensor, weights: list[float], grad_out: Tensor) -> Tensor:
-    return _backward(array, _C.tv_weighted_l1_backward, weights, grad_out)
-
-
-tv_weighted_l1_backward.register_fake(_gradient_like)
-
-
-@tv_weighted_l1_forward.register_fake
-def _(array, weights):
-    return _reduced_output(array)
-
-
-def _tv_weighted_l1_grad(ctx, grad_out):
-    (array,) = ctx.saved_tensors
-    (weights,) = ctx.options
-    return tv_weighted_l1_backward(array, weights, grad_out), None
-
-
-tv_weighted_l1_forward.register_autograd(_tv_weighted_l1_grad, setup_context=_save_input)
+    check_tensor("tv_l1_3d", "vol", vol)  # allocating the output reads its dtype and device
+    return _ops["tv_l1_3d_forward"](vol)
 
 
 def tv_weighted_l1(array: Tensor, weights: Sequence[float]) -> Tensor:
@@ -244,5 +154,6 @@ def tv_weighted_l1(array: Tensor, weights: Sequence[float]) -> Tensor:
     Returns:
         A 0-d tensor (float32 for 16-bit inputs, else array's dtype). The gradient uses sign(0) = 0.
     """
-    check_tensor("tv_weighted_l1", "array", array)
-    return tv_weighted_l1_forward(array, float_list("tv_weighted_l1", "weights", weights))
+    check_tensor("tv_weighted_l1", "array", array)  # allocating the output reads it
+    # The schema's float[] needs real numbers; the C++ front checks their count and values.
+    return _ops["tv_weighted_l1_forward"](array, float_list("tv_weighted_l1", "weights", weights))

@@ -34,8 +34,11 @@ def _grad_out(numel, **kwargs):
 
 
 def _case(case_id, exc, pattern, call):
+    """`pattern` starts with the op's exact public name; the message must start with `name(): `
+    (a prefix such as `tv_sq_3d_backward` or `tv` must not pass for `tv_sq_3d`)."""
+    name, rest = pattern.split(".*", 1)
     # (?s): a message may wrap; every pattern names the op first, then the argument.
-    return pytest.param(exc, f"(?s){pattern}", call, id=case_id)
+    return pytest.param(exc, rf"(?s)^{name}\(\): .*{rest}", call, id=case_id)
 
 
 def _re_float(value: float) -> str:
@@ -139,13 +142,13 @@ def _cases():
         yield _case(
             f"{name}_backward-grad_out-numel",
             ValueError,
-            rf"{name}.*\bgrad_out\b",
+            rf"{name}_backward.*\bgrad_out\b",
             _raw(f"{name}_backward", vol, *options, torch.ones(numel + 1)),
         )
         yield _case(
             f"{name}_backward-grad_out-dtype",
             TypeError,
-            rf"{name}.*\bgrad_out\b",
+            rf"{name}_backward.*\bgrad_out\b",
             _raw(f"{name}_backward", vol, *options, _grad_out(numel, dtype=torch.float64)),
         )
 
@@ -162,9 +165,9 @@ def test_raw_backward_rejects_grad_out_on_another_device(name):
     options, numel = RAW_OPTIONS[name]
     vol = torch.rand(3, 4, 5, device="cuda")
     backward = getattr(torch.ops.fieldfuse, f"{name}_backward")
-    with pytest.raises(ValueError, match=rf"(?s){name}.*\bgrad_out\b"):
+    with pytest.raises(ValueError, match=rf"(?s)^{name}_backward\(\): .*\bgrad_out\b"):
         backward(vol, *options, _grad_out(numel))
-    with pytest.raises(ValueError, match=rf"(?s){name}.*\bgrad_out\b"):
+    with pytest.raises(ValueError, match=rf"(?s)^{name}_backward\(\): .*\bgrad_out\b"):
         backward(vol.cpu(), *options, _grad_out(numel, device="cuda"))
 
 
@@ -176,8 +179,8 @@ def test_core_rejects_outputs_that_alias_inputs():
 
     vol = torch.rand(3, 4, 5)
     grad_out = torch.ones(())
-    with pytest.raises(ValueError, match=r"tv_sq_3d_backward.*\bgrad_vol\b.*overlap"):
+    with pytest.raises(ValueError, match=r"^tv_sq_3d_backward\(\): .*\bgrad_vol\b.*overlap"):
         _C.tv_sq_3d_backward(dl(vol), dl(grad_out), dl(vol), 0)
     expanded = torch.empty(5).expand(3, 4, 5)
-    with pytest.raises(ValueError, match=r"tv_sq_3d_backward.*\bgrad_vol\b.*stride 0"):
+    with pytest.raises(ValueError, match=r"^tv_sq_3d_backward\(\): .*\bgrad_vol\b.*stride 0"):
         _C.tv_sq_3d_backward(dl(vol), dl(grad_out), dl(expanded), 0)

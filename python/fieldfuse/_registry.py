@@ -1,0 +1,198 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Registers every fieldfuse op from its family's op table (Note [op table]).
+
+Note [op table]
+---------------
+Each family module (``tv.py``, ``kplanes.py``, ``render.py``, ...) describes its ops once, as a list
+of :class:`OpSpec` entries, and hands the list to :func:`register`. One entry is one
+``torch.library`` custom op ``fieldfuse::<name>``:
+
+- ``impl`` allocates the outputs (and workspace) and calls the C++ entry point ``_C.<name>``. The
+  op's schema is ``schema`` or, without one, ``impl``'s annotations; either way its argument names
+  are the ones of the Python signature and of the C++ header.
+- ``fake`` returns uninitialised outputs of the right shapes and dtypes (``torch.compile``,
+  ``opcheck``, meta tensors); most entries share one allocation helper between ``impl`` and ``fake``.
+- ``setup_context`` and ``backward`` are the autograd formula, in ``torch.library.register_autograd``
+  form. ``backward`` calls the family's backward ops through the :class:`Op` objects that
+  :func:`register` returns, so the same formula serves both call paths below, and a backward op with
+  an autograd entry of its own gives double backward.
+- ``non_differentiable`` lists outputs autograd never tracks (counts, saved state).
+
+:func:`register` returns an :class:`Op` per entry. Calling it picks one of two paths:
+
+- **through the library** (``torch.ops.fieldfuse.<name>``): under ``torch.compile`` or tracing, for
+  tensor subclasses (fake tensors, functional wrappers), functorch transforms and devices the
+  kernels do not run on (meta). These see the op by its fake impl and dispatch normally.
+- **eager fast path**: plain CPU/CUDA tensors run ``impl`` directly, wrapped in an
+  ``autograd.Function`` over the very same ``setup_context``/``backward`` when a gradient is needed.
+  torch.library's per-call dispatch (schema parsing of defaults, redispatch, the autograd wrapper)
+  costs more host time than the kernels take at typical sizes, so a small training step would be
+  bound by the host (bench/RESULTS.md, "host time").
+
+Both paths give the same values and gradients; the tests run every op through both. Validation
+lives in the C++ front: Python checks only what it must know to allocate outputs, and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["Op", "OpSpec", "needs_input_grad", "register"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One op of a family's table (Note [op table])."""
+
+    name: str  #: op name: fieldfuse::<name>, and the C++ entry point / binding of the same name
+    impl: Callable  #: runs the op; allocates its outputs
+    fake: Callable  #: same arguments; uninitialised outputs of the right metadata
+    setup_context: Callable | None = None  #: (ctx, inputs, output): saves what backward needs
+    backward: Callable | None = None  #: (ctx, *grad_outputs) -> one gradient per input
+    non_differentiable: tuple[int, ...] = ()  #: output positions autograd never tracks
+    #: False: ``backward`` takes None for outputs with no gradient (else zeros, as the library path)
+    materialize_grads: bool = True
+    schema: str | None = None  #: e.g. "(Tensor vol, float eps) -> Tensor"; else impl's annotations
+
+
+def needs_input_grad(ctx) -> tuple:
+    """Which inputs need a gradient, one entry per input (a list of bools for a list of tensors),
+    on either call path: the eager path's ``autograd.Function`` sees flattened inputs, so it records
+    the per-input form before calling the formula."""
+    return getattr(ctx, "ff_needs_input_grad", None) or ctx.needs_input_grad
+
+
+# --- flattening: autograd.Function tracks only tensors passed directly, not lists of them -------
+
+
+def _is_tensor_list(value) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and isinstance(value[0], Tensor)
+
+
+def _flatten(values) -> tuple[list, tuple]:
+    """Tensor lists spliced into one flat list; the layout holds their lengths (None elsewhere)."""
+    flat, layout = [], []
+    for value in values:
+        if _is_tensor_list(value):
+            flat.extend(value)
+            layout.append(len(value))
+        else:
+            flat.append(value)
+            layout.append(None)
+    return flat, tuple(layout)
+
+
+def _unflatten(flat: Sequence, layout: tuple) -> list:
+    values, i = [], 0
+    for length in layout:
+        if length is None:
+            values.append(flat[i])
+            i += 1
+        else:
+            values.append(list(flat[i : i + length]))
+            i += length
+    return values
+
+
+def _flat_tensors(args) -> list[Tensor]:
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append(a)
+        elif _is_tensor_list(a):
+            out.extend(a)
+    return out
+
+
+def _through_library(tensors: list[Tensor]) -> bool:
+    """Whether a call must go through the registered custom op (see Note [op table])."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return True
+    for t in tensors:
+        if type(t) not in (Tensor, torch.nn.Parameter) or t.device.type not in ("cpu", "cuda"):
+            return True
+        if torch._C._functorch.is_functorch_wrapped_tensor(t):
+            return True
+    return False
+
+
+class _EagerAutograd(torch.autograd.Function):
+    """An op's impl with its registered autograd formula, over flattened tensor arguments."""
+
+    @staticmethod
+    def forward(ctx, spec: OpSpec, layout: tuple, out_layout: list, *flat_inputs):
+        inputs = _unflatten(flat_inputs, layout)
+        outputs = spec.impl(*inputs)
+        spec.setup_context(ctx, inputs, outputs)
+        ctx.ff_spec, ctx.ff_layout = spec, layout
+        ctx.set_materialize_grads(spec.materialize_grads)
+        single = isinstance(outputs, Tensor)
+        flat_out, ctx.ff_out_layout = _flatten((outputs,) if single else outputs)
+        out_layout.append(ctx.ff_out_layout)  # for Op.__call__, which rebuilds the structure
+        frozen = [
+            t
+            for i, t in enumerate(flat_out)
+            if isinstance(t, Tensor) and (i in spec.non_differentiable or not t.is_floating_point())
+        ]
+        if frozen:
+            ctx.mark_non_differentiable(*frozen)
+        return flat_out[0] if single else tuple(flat_out)
+
+    @staticmethod
+    def backward(ctx, *flat_grads):
+        grads = _unflatten(flat_grads, ctx.ff_out_layout)
+        needs = ctx.needs_input_grad[3:]
+        ctx.ff_needs_input_grad = tuple(_unflatten(needs, ctx.ff_layout))
+        input_grads = ctx.ff_spec.backward(ctx, *grads)
+        if not isinstance(input_grads, tuple):
+            input_grads = (input_grads,)
+        flat = []
+        for grad, length in zip(input_grads, ctx.ff_layout, strict=True):
+            if length is None:
+                flat.append(grad)
+            else:
+                flat.extend(grad if grad is not None else [None] * length)
+        return (None, None, None, *flat)
+
+
+class Op:
+    """A registered fieldfuse op: ``Op(*args)`` runs it on the fastest path that is correct."""
+
+    def __init__(self, spec: OpSpec):
+        self.spec = spec
+        self.custom_op = torch.library.custom_op(
+            f"fieldfuse::{spec.name}", spec.impl, mutates_args=(), schema=spec.schema
+        )
+        self.custom_op.register_fake(spec.fake)
+        self.differentiable = spec.backward is not None
+        if self.differentiable:
+            self.custom_op.register_autograd(spec.backward, setup_context=spec.setup_context)
+
+    def __call__(self, *args):
+        tensors = _flat_tensors(args)
+        if _through_library(tensors):
+            return self.custom_op(*args)
+        wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if not wants_grad:
+            return self.spec.impl(*args)
+        if not self.differentiable:
+            # The library path raises torch's own error for an op without a gradient formula.
+            return self.custom_op(*args)
+        flat, layout = _flatten(args)
+        out_layout: list = []
+        outputs = _EagerAutograd.apply(self.spec, layout, out_layout, *flat)
+        if isinstance(outputs, Tensor):
+            return outputs
+        return tuple(_unflatten(outputs, out_layout[0]))
+
+    def __repr__(self) -> str:
+        return f"fieldfuse.Op({self.spec.name!r})"
+
+
+def register(specs: Sequence[OpSpec]) -> dict[str, Op]:
+    """Registers a family's table; returns its ops by name."""
+    return {spec.name: Op(spec) for spec in specs}
