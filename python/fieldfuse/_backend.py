@@ -54,6 +54,18 @@ def check_tensor(op: str, arg: str, value) -> None:
         raise TypeError(f"{op}(): expected {arg} to be a torch.Tensor, but got {type(value).__name__}")
 
 
+def real_number(op: str, arg: str, value):
+    """`value` as a float for a schema's `float` argument, or a TypeError naming it (its range is
+    the C++ front's to check). Symbolic numbers under torch.compile pass through unchanged."""
+    if isinstance(value, (torch.SymFloat, torch.SymInt)):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{op}(): expected {arg} to be a real number, but got {type(value).__name__}"
+        )
+    return float(value)
+
+
 def float_list(op: str, arg: str, values) -> list[float]:
     """`values` (an iterable of real numbers, not a string) as Python floats, or a TypeError."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):

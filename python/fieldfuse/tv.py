@@ -22,7 +22,16 @@ import torch
 from torch import Tensor
 
 from . import _registry
-from ._backend import _C, check_tensor, dl, float_list, reduced_dtype, stream_of, workspace
+from ._backend import (
+    _C,
+    check_tensor,
+    dl,
+    float_list,
+    real_number,
+    reduced_dtype,
+    stream_of,
+    workspace,
+)
 
 
 def _reduced_output(x: Tensor, num_outputs: int) -> Tensor:
@@ -118,7 +127,7 @@ def tv_iso_3d(vol: Tensor, *, eps: float = 1e-8) -> Tensor:
         A 0-d tensor (float32 for 16-bit inputs, else vol's dtype).
     """
     check_tensor("tv_iso_3d", "vol", vol)  # allocating the output reads its dtype and device
-    return _ops["tv_iso_3d_forward"](vol, float(eps))
+    return _ops["tv_iso_3d_forward"](vol, real_number("tv_iso_3d", "eps", eps))
 
 
 def tv_l1_3d(vol: Tensor) -> Tensor:

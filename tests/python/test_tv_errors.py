@@ -136,6 +136,15 @@ def _cases():
             _public("tv_iso_3d", torch.zeros(3, 4, 5), eps=eps),
         )
 
+    # Not a number at all (issue 11: these raised Python's own float() errors).
+    for label, bad in {"string": "abc", "none": None, "bool": True}.items():
+        yield _case(
+            f"tv_iso_3d-eps-{label}",
+            TypeError,
+            r"tv_iso_3d.*\beps\b.*real number",
+            _public("tv_iso_3d", torch.zeros(3, 4, 5), eps=bad),
+        )
+
     # Raw backward ops check grad_out themselves (they are public as torch.ops.fieldfuse.*).
     vol = torch.zeros(3, 4, 5)
     for name, (options, numel) in RAW_OPTIONS.items():
