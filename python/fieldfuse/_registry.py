@@ -35,13 +35,30 @@ lives in the C++ front: Python checks only what it must know to allocate outputs
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["Op", "OpSpec", "needs_input_grad", "register"]
+__all__ = ["Op", "OpSpec", "library_path", "needs_input_grad", "register"]
+
+# Set by library_path(): every call takes the library path (tests and the host-time benchmark
+# compare the two paths on the same inputs).
+_force_library = False
+
+
+@contextlib.contextmanager
+def library_path() -> Iterator[None]:
+    """Within this block every fieldfuse op goes through ``torch.ops.fieldfuse`` (the dispatcher,
+    fake impls, registered autograd), as under ``torch.compile``."""
+    global _force_library
+    previous, _force_library = _force_library, True
+    try:
+        yield
+    finally:
+        _force_library = previous
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +127,7 @@ def _flat_tensors(args) -> list[Tensor]:
 
 def _through_library(tensors: list[Tensor]) -> bool:
     """Whether a call must go through the registered custom op (see Note [op table])."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+    if _force_library or torch.compiler.is_compiling() or torch.jit.is_tracing():
         return True
     for t in tensors:
         if type(t) not in (Tensor, torch.nn.Parameter) or t.device.type not in ("cpu", "cuda"):

@@ -48,6 +48,15 @@ def test_both_paths_give_the_same_values_and_gradients(name):
     torch.testing.assert_close(eager_grad, library_grad, rtol=0, atol=0)
 
 
+def test_library_path_context_routes_public_calls_through_the_dispatcher():
+    vol = torch.rand(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    with _registry.library_path():
+        library = fieldfuse.tv_iso_3d(vol)
+    assert type(library.grad_fn).__name__ != "_EagerAutogradBackward"
+    assert type(fieldfuse.tv_iso_3d(vol).grad_fn).__name__ == "_EagerAutogradBackward"
+    torch.testing.assert_close(library, fieldfuse.tv_iso_3d(vol), rtol=0, atol=0)
+
+
 def test_meta_tensors_go_through_the_fake_impl():
     out = fieldfuse.tv_l1_3d(torch.empty(2, 3, 4, device="meta"))
     assert out.device.type == "meta" and out.shape == (3,)
