@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Runs the Python examples of README.md and docs/*.md (blocks whose first line is `# doc-example`)."""
+"""Runs the Python examples (blocks starting `# doc-example`) of README.md and docs/*.md."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def test_page_has_python_examples(name):
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_python_block_is_an_example(page):
     # An unmarked block would be shown to readers but never run, so it could rot unnoticed.
-    unmarked = [line for line, source in python_blocks(page) if not source.startswith(MARKER + "\n")]
+    unmarked = [line for line, source in python_blocks(page)
+                if not source.startswith(MARKER + "\n")]
     assert not unmarked, f"{page.name}: ```python blocks at lines {unmarked} lack `{MARKER}`"
 
 
