@@ -1028,6 +1028,149 @@ void expect_forward_error(const ValidArgs& a, ErrorKind kind, std::vector<std::s
   expect_error([&] { a.forward(); }, kind, parts);
 }
 
+/// Expects `fn` to throw a fieldfuse::Error whose message starts with exactly `prefix`.
+template <class F>
+void expect_prefix(F&& fn, const std::string& prefix) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error starting with '" << prefix << "', nothing thrown";
+  } catch (const fieldfuse::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+  }
+}
+
+TEST(KPlanesPublicEntries, TiltedEntriesMatchTheSharedImplementation) {
+  ValidArgs a;
+  const TensorRef* planes = a.plane_refs.data();
+  const double* gates = a.gates.data();
+  a.forward();  // the shared implementation, points and tap points together
+  const std::vector<double> features = a.features.logical(), taps = a.tap_features.logical();
+
+  HostTensor<float> out = make_tensor<float>({ValidArgs::kPoints, a.features_count});
+  fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, gates, out.ref);
+  EXPECT_TRUE(same_bits(out.logical(), features));
+  HostTensor<float> tap_out = make_tensor<float>({4, ValidArgs::kTaps, a.features_count});
+  fieldfuse::kplanes_tilted_taps_forward(a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, gates,
+                                         tap_out.ref);
+  EXPECT_TRUE(same_bits(tap_out.logical(), taps));
+  fieldfuse::kplanes_tilted_with_taps_forward(a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2,
+                                              0.1, gates, out.ref, tap_out.ref);
+  EXPECT_TRUE(same_bits(out.logical(), features));
+  EXPECT_TRUE(same_bits(tap_out.logical(), taps));
+  EXPECT_EQ(fieldfuse::kplanes_num_features(planes, 2, a.tilts), a.features_count);
+
+  // Each backward runs in the workspace its own query reports.
+  const auto run = [&](size_t bytes, const auto& call) {
+    std::vector<double> workspace((bytes + sizeof(double) - 1) / sizeof(double));
+    EXPECT_NO_THROW(call(workspace.data(), bytes));
+  };
+  run(fieldfuse::kplanes_tilted_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true, false),
+      [&](void* w, size_t n) {
+        fieldfuse::kplanes_tilted_backward(
+            a.pts.ref, a.rotations.ref, planes, 2, gates, a.grad_features.ref, &a.grad_pts.ref,
+            &a.grad_rotations.ref, a.grad_plane_refs.data(), false, w, n);
+      });
+  run(fieldfuse::kplanes_tilted_taps_workspace_size(a.tap_pts.ref, a.rotations.ref, planes, 2, true,
+                                                    true),
+      [&](void* w, size_t n) {
+        fieldfuse::kplanes_tilted_taps_backward(a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1,
+                                                gates, a.grad_tap_features.ref, &a.grad_tap_pts.ref,
+                                                nullptr, a.grad_plane_refs.data(), true, w, n);
+      });
+  run(fieldfuse::kplanes_tilted_with_taps_workspace_size(a.pts.ref, a.tap_pts.ref, a.rotations.ref,
+                                                         planes, 2, false, false),
+      [&](void* w, size_t n) {
+        fieldfuse::kplanes_tilted_with_taps_backward(
+            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, gates, a.grad_features.ref,
+            a.grad_tap_features.ref, &a.grad_pts.ref, &a.grad_tap_pts.ref, &a.grad_rotations.ref,
+            nullptr, false, w, n);
+      });
+}
+
+TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
+  ValidArgs a;
+  ValidArgs axis(false);
+  a.pts.ref.sizes[1] = 4;  // [5, 4]: the first argument every entry checks
+  axis.pts.ref.sizes[1] = 4;
+  const TensorRef* planes = a.plane_refs.data();
+  const TensorRef* axis_planes = axis.plane_refs.data();
+  void* w = a.workspace_ptr;
+  const size_t n = a.workspace_bytes;
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, nullptr,
+                                          a.features.ref);
+      },
+      "kplanes_tilted(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true,
+                                                 false);
+      },
+      "kplanes_tilted_backward(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_backward(a.pts.ref, a.rotations.ref, planes, 2, nullptr,
+                                           a.grad_features.ref, nullptr, nullptr, nullptr, false, w,
+                                           n);
+      },
+      "kplanes_tilted_backward(): expected pts");
+  expect_prefix(
+      [&] { fieldfuse::kplanes_forward(axis.pts.ref, axis_planes, 2, nullptr, axis.features.ref); },
+      "kplanes(): expected pts");
+  expect_prefix(
+      [&] { fieldfuse::kplanes_workspace_size(axis.pts.ref, axis_planes, 2, true, false); },
+      "kplanes_backward(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_backward(axis.pts.ref, axis_planes, 2, nullptr, axis.grad_features.ref,
+                                    nullptr, nullptr, false, w, n);
+      },
+      "kplanes_backward(): expected pts");
+  // kplanes_tilted_taps calls its tap points pts, with their public layout.
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_forward(a.pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr,
+                                               a.tap_features.ref);
+      },
+      "kplanes_tilted_taps(): expected pts to have shape [B, 3]");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true,
+                                                      false);
+      },
+      "kplanes_tilted_taps_backward(): expected pts to have shape [B, 3]");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_backward(a.pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr,
+                                                a.grad_tap_features.ref, nullptr, nullptr, nullptr,
+                                                false, w, n);
+      },
+      "kplanes_tilted_taps_backward(): expected pts to have shape [B, 3]");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_with_taps_forward(a.pts.ref, a.tap_pts.ref, a.rotations.ref,
+                                                    planes, 2, 0.1, nullptr, a.features.ref,
+                                                    a.tap_features.ref);
+      },
+      "kplanes_tilted_with_taps(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_with_taps_workspace_size(a.pts.ref, a.tap_pts.ref,
+                                                           a.rotations.ref, planes, 2, true, false);
+      },
+      "kplanes_tilted_with_taps_backward(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_with_taps_backward(
+            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr, a.grad_features.ref,
+            a.grad_tap_features.ref, nullptr, nullptr, nullptr, nullptr, false, w, n);
+      },
+      "kplanes_tilted_with_taps_backward(): expected pts");
+  expect_prefix([&] { fieldfuse::kplanes_num_features(planes, 0, 2); },
+                "kplanes_num_features(): expected at least one level");
+}
+
 TEST(KPlanesValidation, ValidArgumentsAreAccepted) {
   for (bool tilted : {true, false}) {
     ValidArgs a(tilted);

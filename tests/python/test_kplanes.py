@@ -1139,3 +1139,30 @@ def test_cuda_graph_capture_matches_eager(deterministic, rng, tolerances):
         assert torch.equal(captured[0], eager[0])
         for a, b in zip(captured[1:], eager[1:], strict=True):
             assert_close(a, b, rtol=1e-4, atol=1e-5 * b.abs().max().item())
+
+
+@pytest.mark.parametrize("name", ["kplanes_tilted", "kplanes", "kplanes_tilted_taps",
+                                  "kplanes_tilted_with_taps"])
+def test_eager_calls_take_the_fast_path_with_the_library_path_s_results(name, rng):
+    from fieldfuse.kplanes_ops import _ops
+
+    pts, tap_pts, rotations, planes = _opcheck_inputs(rng, "cpu")
+    case = next(c for c in _opcheck_cases(pts, tap_pts, rotations, planes) if c[0] == name)
+    _, geometry, levels, h, gates = case
+    op = _ops[f"{name}_forward"]
+    results = []
+    for call in (op, op.custom_op):  # the eager fast path, then torch.library's dispatch
+        leaves = _grad_leaves(*geometry, levels)
+        outputs = call(*leaves, *h, gates, F64, False)
+        outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
+        fast = type(outputs[0].grad_fn).__name__ == "_EagerAutogradBackward"
+        assert fast == (call is op)
+        flat = [*leaves[:-1], *leaves[-1]]
+        loss = sum((o * torch.linspace(-1, 1, o.numel(), dtype=F64).view_as(o)).sum()
+                   for o in outputs)
+        grads = torch.autograd.grad(loss, flat, create_graph=True)
+        # Double backward through the backward op on both paths.
+        second = torch.autograd.grad(sum(g.square().sum() for g in grads), flat)
+        results.append([*outputs, *grads, *second])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
