@@ -14,8 +14,7 @@
 //   axis-aligned: r = p;     planes (gx, gy) = (p_x, p_y), (p_x, p_z), (p_y, p_z)
 //
 // Volume-TV taps: a tap point q is evaluated at q, q + h·e_x, q + h·e_y and q + h·e_z (tilted:
-// R·q + h·R[:, i], so tap 0 is bit-identical to evaluating q as a point). Points and tap points go
-// through one launch and one backward, which accumulates into the planes once.
+// R·q + h·R[:, i], so tap 0 is bit-identical to evaluating q as a point).
 //
 // Common to every function here:
 // - dtypes: points, tap points and rotations share one dtype, float32 or float64 (the compute
@@ -42,52 +41,94 @@
 
 namespace fieldfuse {
 
-/// The two plane arrangements; an identity rotation does not turn one into the other.
-enum class KPlanesVariant : int32_t { Tilted, AxisAligned };
+// ---------------------------------------------------------------------------------------------
+// Feature interpolation: four public functions, each with a forward, a backward and the backward's
+// workspace query. Arguments are named as in the Python functions of the same name
+// (`fieldfuse.kplanes_tilted(pts, rotations, planes, gates)`, ...), and every error starts with
+// the function's name: `kplanes_tilted(): ...` from a forward, `kplanes_tilted_backward(): ...`
+// from a backward or its workspace query.
+//
+// Arguments common to all of them:
+// - `pts` `[B, 3]` (B may be 0); `tap_pts` `[N, 3]`; `rotations` `[T, 3, 3]` row-major, not
+//   assumed orthogonal.
+// - `planes`: `num_levels` >= 1 level tensors (see the header comment); `gates`: `num_levels`
+//   finite per-level factors, or null (all 1). Gates are constants: they get no gradient.
+// - `h`: the finite tap step.
+// - outputs: `features [B, F]`, `tap_features [4, N, F]` (tap-major: taps 0..3 are the point,
+//   then +h along x, y, z), contiguous, in the compute type or the plane dtype.
+// - backward: upstream `grad_features` / `grad_tap_features` (any strides, the features' dtype);
+//   gradient outputs `grad_<input>` shaped and typed like their inputs. A null gradient pointer
+//   skips that gradient and the work only it needs; `grad_planes` points to `num_levels` tensors.
+// - workspace: the backward takes `<name>_workspace_size(...)` bytes of scratch (>= 1), device
+//   memory for CUDA inputs and host memory for CPU inputs, aligned to 8 bytes (any allocator's
+//   memory is). The query reads only metadata; `wants_grad_planes` says whether `grad_planes`
+//   will be passed. The size grows with `deterministic` (the sort buffers, and 4 partial sums per
+//   plane cell of the largest level in the compute type) and with 16-bit planes (float32
+//   accumulators). The forwards need no workspace.
+// ---------------------------------------------------------------------------------------------
 
-/// The inputs of a K-Planes evaluation. Absent tensors are default-constructed TensorRefs
-/// (`ndim == 0`).
-struct KPlanesInputs {
-  KPlanesVariant variant = KPlanesVariant::Tilted;
-  TensorRef pts;        ///< `[B, 3]` points (x, y, z); B may be 0
-  TensorRef tap_pts;    ///< `[N, 3]` volume-TV tap points, or absent (N = 0)
-  double h = 0.0;       ///< tap step (finite); used only with tap points
-  TensorRef rotations;  ///< `[T, 3, 3]` row-major, not assumed orthogonal; absent axis-aligned
-  const TensorRef* planes = nullptr;  ///< `num_levels` level tensors (see the header comment)
-  int num_levels = 0;                 ///< >= 1
-  const double* gates = nullptr;      ///< `num_levels` finite per-level factors, or null (all 1)
-};
+/// Total feature columns F = T·Σ_l C_l from the planes' metadata (T = 1 for axis-aligned planes).
+int64_t kplanes_num_features(const TensorRef* planes, int num_levels, int num_tilts);
 
-/// Total feature columns F = T·Σ_l C_l (T = 1 axis-aligned), from the metadata alone.
-int64_t kplanes_num_features(const KPlanesInputs& inputs);
+/// Tilted features: `features[b, offset_l + t·C_l + c] = gate_l · Π_p sample(3t + p, c, ...)` at
+/// `r = R_t·pts[b]`.
+void kplanes_tilted_forward(const TensorRef& pts, const TensorRef& rotations,
+                            const TensorRef* planes, int num_levels, const double* gates,
+                            const TensorRef& features, Stream stream = {});
+std::size_t kplanes_tilted_workspace_size(const TensorRef& pts, const TensorRef& rotations,
+                                          const TensorRef* planes, int num_levels,
+                                          bool wants_grad_planes, bool deterministic);
+void kplanes_tilted_backward(const TensorRef& pts, const TensorRef& rotations,
+                             const TensorRef* planes, int num_levels, const double* gates,
+                             const TensorRef& grad_features, const TensorRef* grad_pts,
+                             const TensorRef* grad_rotations, const TensorRef* grad_planes,
+                             bool deterministic, void* workspace, std::size_t workspace_bytes,
+                             Stream stream = {});
 
-/// `features [B, F]` and, with tap points, `tap_features [4, N, F]` (tap-major: taps 0..3 are the
-/// point, then +h along x, y, z). `tap_features` may be absent when N = 0.
-void kplanes_forward(const KPlanesInputs& inputs, const TensorRef& features,
-                     const TensorRef& tap_features, Stream stream = {});
+/// Axis-aligned features (planes (x, y), (x, z), (y, z); `[3, C_l, H_l, W_l]` levels).
+void kplanes_forward(const TensorRef& pts, const TensorRef* planes, int num_levels,
+                     const double* gates, const TensorRef& features, Stream stream = {});
+std::size_t kplanes_workspace_size(const TensorRef& pts, const TensorRef* planes, int num_levels,
+                                   bool wants_grad_planes, bool deterministic);
+void kplanes_backward(const TensorRef& pts, const TensorRef* planes, int num_levels,
+                      const double* gates, const TensorRef& grad_features,
+                      const TensorRef* grad_pts, const TensorRef* grad_planes, bool deterministic,
+                      void* workspace, std::size_t workspace_bytes, Stream stream = {});
 
-/// Where the backward writes. A null pointer skips that gradient (and the work only it needs).
-struct KPlanesGradients {
-  const TensorRef* pts = nullptr;        ///< `[B, 3]`, inputs.pts' dtype
-  const TensorRef* tap_pts = nullptr;    ///< `[N, 3]`
-  const TensorRef* rotations = nullptr;  ///< `[T, 3, 3]`, tilted only
-  const TensorRef* planes = nullptr;     ///< `num_levels` tensors shaped and typed like the planes
-};
+/// The four volume-TV taps of every point: `tap_features [4, B, F]`; tap 0 is bit-identical to
+/// `kplanes_tilted_forward` of the same points.
+void kplanes_tilted_taps_forward(const TensorRef& pts, const TensorRef& rotations,
+                                 const TensorRef* planes, int num_levels, double h,
+                                 const double* gates, const TensorRef& tap_features,
+                                 Stream stream = {});
+std::size_t kplanes_tilted_taps_workspace_size(const TensorRef& pts, const TensorRef& rotations,
+                                               const TensorRef* planes, int num_levels,
+                                               bool wants_grad_planes, bool deterministic);
+void kplanes_tilted_taps_backward(const TensorRef& pts, const TensorRef& rotations,
+                                  const TensorRef* planes, int num_levels, double h,
+                                  const double* gates, const TensorRef& grad_tap_features,
+                                  const TensorRef* grad_pts, const TensorRef* grad_rotations,
+                                  const TensorRef* grad_planes, bool deterministic, void* workspace,
+                                  std::size_t workspace_bytes, Stream stream = {});
 
-/// Workspace bytes `kplanes_backward` needs (>= 1). Reads only metadata. It grows with
-/// `deterministic` (the sort buffers, and 4 partial sums per plane cell of the largest level in
-/// the compute type) and with 16-bit planes (float32 accumulators).
-std::size_t kplanes_backward_workspace_size(const KPlanesInputs& inputs,
-                                            const KPlanesGradients& grads, bool deterministic);
-
-/// Exact analytic backward of `kplanes_forward` for upstream gradients `grad_features [B, F]` and
-/// `grad_tap_features [4, N, F]` (any strides; the features' dtype). Gates are constants.
-/// The workspace is device memory for CUDA inputs and host memory for CPU inputs, aligned to 8
-/// bytes (any allocator's memory is).
-void kplanes_backward(const KPlanesInputs& inputs, const TensorRef& grad_features,
-                      const TensorRef& grad_tap_features, const KPlanesGradients& grads,
-                      bool deterministic, void* workspace, std::size_t workspace_bytes,
-                      Stream stream = {});
+/// A batch and its volume-TV taps in one launch and one backward (which accumulates into the
+/// planes once): `features [B, F]` of `pts` and `tap_features [4, N, F]` of `tap_pts`, each
+/// bit-identical to the separate calls.
+void kplanes_tilted_with_taps_forward(const TensorRef& pts, const TensorRef& tap_pts,
+                                      const TensorRef& rotations, const TensorRef* planes,
+                                      int num_levels, double h, const double* gates,
+                                      const TensorRef& features, const TensorRef& tap_features,
+                                      Stream stream = {});
+std::size_t kplanes_tilted_with_taps_workspace_size(const TensorRef& pts, const TensorRef& tap_pts,
+                                                    const TensorRef& rotations,
+                                                    const TensorRef* planes, int num_levels,
+                                                    bool wants_grad_planes, bool deterministic);
+void kplanes_tilted_with_taps_backward(
+    const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
+    const TensorRef* planes, int num_levels, double h, const double* gates,
+    const TensorRef& grad_features, const TensorRef& grad_tap_features, const TensorRef* grad_pts,
+    const TensorRef* grad_tap_pts, const TensorRef* grad_rotations, const TensorRef* grad_planes,
+    bool deterministic, void* workspace, std::size_t workspace_bytes, Stream stream = {});
 
 // ---------------------------------------------------------------------------------------------
 // plane_tv: smoothness of the planes themselves

@@ -73,9 +73,11 @@ def _features(positions: Tensor, planes, gates, tilted: bool) -> Tensor:
 
 
 def features_and_taps(pts, tap_pts, rotations, planes, gates, h):
-    """What `kplanes_forward` computes, twice differentiable: ([B, F], [4, N, F] or None)."""
+    """What the fused forward computes, twice differentiable: ([B, F] or None, [4, N, F] or None)."""
     tilted = rotations is not None
-    features = _features(_positions(pts, rotations, 0, h), planes, gates, tilted)
+    features = None
+    if pts is not None:
+        features = _features(_positions(pts, rotations, 0, h), planes, gates, tilted)
     taps = None
     if tap_pts is not None:
         taps = torch.stack([
@@ -85,42 +87,43 @@ def features_and_taps(pts, tap_pts, rotations, planes, gates, h):
     return features, taps
 
 
-def backward_of_backward(ctx, gg_pts, gg_tap_pts, gg_rotations, gg_planes):
-    """The VJP of `kplanes_backward` (Note in the module docstring)."""
-    inputs = ctx.saved_tensors
-    grad_features, grad_tap_features, pts, tap_pts, rotations = inputs[:5]
-    planes = list(inputs[5:])
-    wants = ctx.wants
+_ROLES = ("pts", "tap_pts", "rotations")
+
+
+def backward_of_backward(grad_outputs, inputs, planes, gates, h, wants, wants_planes, seeds,
+                         plane_seeds):
+    """The VJP of a fused backward (Note in the module docstring), in the kernels' roles.
+
+    ``grad_outputs`` maps ``features`` / ``tap_features`` to the upstream gradients the backward
+    received; ``inputs``, ``wants`` and ``seeds`` map the roles ``pts``, ``tap_pts`` and
+    ``rotations`` the function has to its tensors, whether the backward returned their gradient,
+    and the incoming gradient of that gradient; ``plane_seeds`` is the one of the plane gradients.
+    Returns (gradient per grad output, gradient per role, plane gradients), None where none flows.
+    """
     with torch.enable_grad():
-        g = grad_features.detach().requires_grad_()
-        gt = grad_tap_features.detach().requires_grad_() if tap_pts is not None else None
-        x_pts = pts.detach().requires_grad_()
-        x_taps = tap_pts.detach().requires_grad_() if tap_pts is not None else None
-        x_rot = rotations.detach().requires_grad_() if rotations is not None else None
+        upstream = {k: g.detach().requires_grad_() for k, g in grad_outputs.items()}
+        x = {role: inputs[role].detach().requires_grad_() if role in inputs else None
+             for role in _ROLES}
         x_planes = [p.detach().requires_grad_() for p in planes]
-        features, taps = features_and_taps(x_pts, x_taps, x_rot, x_planes, ctx.gates, ctx.h)
-        outputs, upstream = [features], [g]
-        if taps is not None:
-            outputs.append(taps)
-            upstream.append(gt)
+        features, taps = features_and_taps(x["pts"], x["tap_pts"], x["rotations"], x_planes,
+                                           gates, h)
+        computed = {"features": features, "tap_features": taps}
+        names = list(upstream)
         # The first derivatives the fused backward returned, rebuilt with a graph.
-        targets = [x for x, w in zip((x_pts, x_taps, x_rot), wants[:3], strict=True) if w]
-        targets += x_planes if wants[3] else []
-        first = torch.autograd.grad(outputs, targets, upstream, create_graph=True)
-        seeds = [s for s, w in zip((gg_pts, gg_tap_pts, gg_rotations), wants[:3], strict=True) if w]
-        seeds += list(gg_planes) if wants[3] else []
-        pairs = [(f, s) for f, s in zip(first, seeds, strict=True) if s is not None]
-        variables = [v for v in (g, gt, x_pts, x_taps, x_rot) if v is not None] + x_planes
+        targets = [r for r in _ROLES if r in inputs and wants[r]]
+        first = torch.autograd.grad([computed[k] for k in names], [x[r] for r in targets]
+                                    + (x_planes if wants_planes else []),
+                                    [upstream[k] for k in names], create_graph=True)
+        seed_list = [seeds[r] for r in targets] + (list(plane_seeds) if wants_planes else [])
+        pairs = [(f, s) for f, s in zip(first, seed_list, strict=True) if s is not None]
+        present = [r for r in _ROLES if r in inputs]
+        variables = [upstream[k] for k in names] + [x[r] for r in present] + x_planes
         if not pairs:
             second = [None] * len(variables)
         else:
             second = torch.autograd.grad([f for f, _ in pairs], variables, [s for _, s in pairs],
                                          allow_unused=True)
     second = list(second)
-    d_g = second.pop(0)
-    d_gt = second.pop(0) if gt is not None else None
-    d_pts = second.pop(0)
-    d_taps = second.pop(0) if x_taps is not None else None
-    d_rot = second.pop(0) if x_rot is not None else None
-    d_planes = second
-    return (d_g, d_gt, d_pts, d_taps, d_rot, d_planes, None, None, None, None)
+    d_outputs = {k: second.pop(0) for k in names}
+    d_inputs = {r: second.pop(0) for r in present}
+    return d_outputs, d_inputs, second

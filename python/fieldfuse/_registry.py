@@ -20,9 +20,10 @@ of :class:`OpSpec` entries, and hands the list to :func:`register`. One entry is
 
 :func:`register` returns an :class:`Op` per entry. Calling it picks one of two paths:
 
-- **through the library** (``torch.ops.fieldfuse.<name>``): under ``torch.compile`` or tracing, for
-  tensor subclasses (fake tensors, functional wrappers), functorch transforms and devices the
-  kernels do not run on (meta). These see the op by its fake impl and dispatch normally.
+- **through the library** (``torch.ops.fieldfuse.<name>``): under ``torch.compile`` or tracing,
+  while a ``TorchDispatchMode`` is active (op counters, FakeTensorMode, profilers that dispatch:
+  the fast path would hide the op from them), for tensor subclasses (fake tensors, functional
+  wrappers), functorch transforms and devices the kernels do not run on (meta). These see the op by its fake impl and dispatch normally.
 - **eager fast path**: plain CPU/CUDA tensors run ``impl`` directly, wrapped in an
   ``autograd.Function`` over the very same ``setup_context``/``backward`` when a gradient is needed.
   torch.library's per-call dispatch (schema parsing of defaults, redispatch, the autograd wrapper)
@@ -128,6 +129,8 @@ def _flat_tensors(args) -> list[Tensor]:
 def _through_library(tensors: list[Tensor]) -> bool:
     """Whether a call must go through the registered custom op (see Note [op table])."""
     if _force_library or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return True
+    if torch._C._len_torch_dispatch_stack() > 0:  # a TorchDispatchMode must see the op
         return True
     for t in tensors:
         if type(t) not in (Tensor, torch.nn.Parameter) or t.device.type not in ("cpu", "cuda"):

@@ -19,151 +19,99 @@ planes' layout. On CUDA the default backward scatters with float atomics (exact 
 differences); ``deterministic=True`` (or ``torch.use_deterministic_algorithms(True)``) gathers
 each cell in a fixed order instead. CPU results are always deterministic.
 
-Raw ops: ``torch.ops.fieldfuse.kplanes_forward`` / ``kplanes_backward`` and
-``plane_tv_forward`` / ``plane_tv_backward``, each with a fake impl, so
-``torch.compile(fullgraph=True)`` traces them.
+Raw ops, named after their public function (``<name>_forward`` / ``<name>_backward``, each with a
+fake impl, so ``torch.compile(fullgraph=True)`` traces them and CUDA graphs capture them):
+``torch.ops.fieldfuse.kplanes_tilted_forward``, ``kplanes_forward``, ``kplanes_tilted_taps_forward``,
+``kplanes_tilted_with_taps_forward``, ``plane_tv_forward`` and their ``_backward`` ops. The backward
+ops are differentiable themselves (double backward).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from . import _kplanes_second_order as _second_order
+from . import _registry
 from ._backend import _C, check_tensor, dl, float_list, reduced_dtype, stream_of, workspace
 
 __all__ = ["kplanes_tilted", "kplanes", "kplanes_tilted_taps", "kplanes_tilted_with_taps", "plane_tv"]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Function:
+    """One public feature function, as its ops see it.
+
+    Each evaluates some of three roles of the shared kernels: points evaluated once (output
+    ``features``), tap points evaluated at the four volume-TV taps (output ``tap_features``, with
+    the step ``h``), and, tilted, rotations. ``geometry`` lists the function's tensor arguments
+    before ``planes`` in signature order; ``tap_arg`` is the one that plays the tap points.
+    """
+
+    name: str
+    geometry: tuple[str, ...]
+    tap_arg: str | None = None
+
+    @property
+    def tilted(self) -> bool:
+        return "rotations" in self.geometry
+
+    @property
+    def has_points(self) -> bool:
+        return self.tap_arg != "pts"
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (("features",) if self.has_points else ()) + (
+            ("tap_features",) if self.tap_arg else ())
+
+    def role(self, arg: str) -> str:
+        """The shared kernels' name for argument ``arg``: pts, tap_pts or rotations."""
+        return "tap_pts" if arg == self.tap_arg else arg
+
+
+_FUNCTIONS = (
+    _Function("kplanes_tilted", ("pts", "rotations")),
+    _Function("kplanes", ("pts",)),
+    _Function("kplanes_tilted_taps", ("pts", "rotations"), tap_arg="pts"),
+    _Function("kplanes_tilted_with_taps", ("pts", "tap_pts", "rotations"), tap_arg="tap_pts"),
+)
+
+
+def _rows(t: Tensor) -> int:
+    # The C++ front validates every shape before it looks at the outputs; these allocation sizes
+    # need only be right for valid inputs, and must not fail first on invalid ones (a 0-d pts
+    # must reach the front's message, not an IndexError).
+    return int(t.shape[0]) if t.dim() > 0 else 0
+
+
 def _num_features(planes: Sequence[Tensor], num_tilts: int) -> int:
-    return num_tilts * sum(int(p.shape[1]) for p in planes)
+    return num_tilts * sum(int(p.shape[1]) if p.dim() > 1 else 0 for p in planes)
 
 
-def _feature_dtype(pts: Tensor, planes: Sequence[Tensor], plane_dtype_features: bool):
-    return planes[0].dtype if plane_dtype_features else pts.dtype
-
-
-def _optional_dl(t: Tensor | None):
-    return None if t is None else dl(t)
-
-
-def _empty_features(pts, tap_pts, rotations, planes, plane_dtype_features):
-    """The two uninitialised outputs (shared by the real and the fake impls)."""
-    tilts = 1 if rotations is None else rotations.shape[0]
+def _feature_outputs(fn: _Function, geometry, planes, features_dtype) -> list[Tensor]:
+    """The uninitialised outputs (shared by the real and the fake impls)."""
+    by_role = {fn.role(arg): t for arg, t in zip(fn.geometry, geometry, strict=True)}
+    rotations = by_role.get("rotations")
+    tilts = 1 if rotations is None else (_rows(rotations) or 1)
     f = _num_features(planes, tilts)
-    dtype = _feature_dtype(pts, planes, plane_dtype_features)
-    n = 0 if tap_pts is None else tap_pts.shape[0]
-    return pts.new_empty((pts.shape[0], f), dtype=dtype), pts.new_empty((4, n, f), dtype=dtype)
+    pts = geometry[0]
+    outputs = []
+    if fn.has_points:
+        outputs.append(pts.new_empty((_rows(pts), f), dtype=features_dtype))
+    if fn.tap_arg:
+        outputs.append(pts.new_empty((4, _rows(by_role["tap_pts"]), f), dtype=features_dtype))
+    return outputs
 
 
-@torch.library.custom_op("fieldfuse::kplanes_forward", mutates_args=())
-def kplanes_forward(
-    pts: Tensor,
-    tap_pts: Tensor | None,
-    rotations: Tensor | None,
-    planes: list[Tensor],
-    gates: list[float] | None,
-    h: float,
-    plane_dtype_features: bool,
-    deterministic: bool,
-) -> tuple[Tensor, Tensor]:
-    features, tap_features = _empty_features(pts, tap_pts, rotations, planes, plane_dtype_features)
-    _C.kplanes_forward(
-        rotations is not None,
-        dl(pts),
-        _optional_dl(tap_pts),
-        h,
-        _optional_dl(rotations),
-        [dl(p) for p in planes],
-        gates,
-        dl(features),
-        None if tap_pts is None else dl(tap_features),
-        stream_of(pts),
-    )
-    return features, tap_features
-
-
-@kplanes_forward.register_fake
-def _(pts, tap_pts, rotations, planes, gates, h, plane_dtype_features, deterministic):
-    return _empty_features(pts, tap_pts, rotations, planes, plane_dtype_features)
-
-
-def _gradient_buffers(pts, tap_pts, rotations, planes, wants):
-    """Uninitialised gradients in their inputs' layouts; an unwanted one is an empty tensor."""
-    want_pts, want_tap_pts, want_rotations, want_planes = wants
-
-    def empty():  # a fresh one each time: custom-op outputs must not alias each other
-        return pts.new_empty((0,))
-
-    return (
-        torch.empty_like(pts) if want_pts else empty(),
-        torch.empty_like(tap_pts) if want_tap_pts and tap_pts is not None else empty(),
-        torch.empty_like(rotations) if want_rotations and rotations is not None else empty(),
-        [torch.empty_like(p) for p in planes] if want_planes else [],
-    )
-
-
-@torch.library.custom_op("fieldfuse::kplanes_backward", mutates_args=())
-def kplanes_backward(
-    grad_features: Tensor,
-    grad_tap_features: Tensor,
-    pts: Tensor,
-    tap_pts: Tensor | None,
-    rotations: Tensor | None,
-    planes: list[Tensor],
-    gates: list[float] | None,
-    h: float,
-    wants: list[bool],
-    deterministic: bool,
-) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
-    grad_pts, grad_tap_pts, grad_rotations, grad_planes = _gradient_buffers(
-        pts, tap_pts, rotations, planes, wants
-    )
-    want_pts, want_tap_pts, want_rotations, want_planes = wants
-    tilted = rotations is not None
-    plane_refs = [dl(p) for p in planes]
-    size = _C.kplanes_backward_workspace_size(
-        tilted, dl(pts), _optional_dl(tap_pts), h, _optional_dl(rotations), plane_refs, gates,
-        want_planes, deterministic,
-    )
-    scratch = workspace(size, pts.device)
-    has_taps = tap_pts is not None
-    _C.kplanes_backward(
-        tilted,
-        dl(pts),
-        _optional_dl(tap_pts),
-        h,
-        _optional_dl(rotations),
-        [dl(p) for p in planes],
-        gates,
-        dl(grad_features),
-        dl(grad_tap_features) if has_taps else None,
-        dl(grad_pts) if want_pts else None,
-        dl(grad_tap_pts) if want_tap_pts and has_taps else None,
-        dl(grad_rotations) if want_rotations and tilted else None,
-        [dl(g) for g in grad_planes] if want_planes else None,
-        deterministic,
-        dl(scratch),
-        stream_of(pts),
-    )
-    return grad_pts, grad_tap_pts, grad_rotations, grad_planes
-
-
-@kplanes_backward.register_fake
-def _(grad_features, grad_tap_features, pts, tap_pts, rotations, planes, gates, h, wants,
-      deterministic):
-    return _gradient_buffers(pts, tap_pts, rotations, planes, wants)
-
-
-def _setup_kplanes(ctx, inputs, output):
-    pts, tap_pts, rotations, planes, gates, h, plane_dtype_features, deterministic = inputs
-    ctx.has_taps = tap_pts is not None
-    ctx.tilted = rotations is not None
-    ctx.num_levels = len(planes)
-    ctx.gates, ctx.h, ctx.deterministic = gates, h, deterministic
-    ctx.save_for_backward(pts, tap_pts, rotations, *planes)
+def _gradient_outputs(geometry, planes, wants):
+    """Uninitialised gradients in their inputs' layouts; an unwanted one is an empty tensor (a
+    fresh one each: custom-op outputs must not alias each other)."""
+    grads = [torch.empty_like(t) if w else t.new_empty((0,)) for t, w in zip(geometry, wants)]
+    return grads, [torch.empty_like(p) for p in planes] if wants[-1] else []
 
 
 def _needs(flag) -> bool:
@@ -171,58 +119,179 @@ def _needs(flag) -> bool:
     return any(flag) if isinstance(flag, (list, tuple)) else bool(flag)
 
 
-def _kplanes_grad(ctx, grad_features, grad_tap_features):
-    pts, tap_pts, rotations, *planes = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    wants = [_needs(needs[0]), _needs(needs[1]) and ctx.has_taps,
-             _needs(needs[2]) and ctx.tilted, _needs(needs[3])]
-    no_planes = [None] * ctx.num_levels  # a list input gets a list of gradients back
-    if not any(wants):
-        return None, None, None, no_planes, None, None, None, None
-    features_dtype = grad_features.dtype if grad_features is not None else grad_tap_features.dtype
-    if grad_features is None:
-        grad_features = torch.zeros(
-            (pts.shape[0], _num_features(planes, rotations.shape[0] if ctx.tilted else 1)),
-            dtype=features_dtype, device=pts.device,
+def _specs(fn: _Function) -> list[_registry.OpSpec]:
+    """The forward and backward ops of one public function (Note [op table]).
+
+    Forward: ``(*geometry, planes, [h], gates, features_dtype, deterministic) -> outputs``.
+    Backward: ``(*grad_outputs, *geometry, planes, [h], gates, wants, deterministic) ->
+    (*grad_geometry, grad_planes)``, ``wants`` one bool per geometry argument and one for planes.
+    """
+    n_geo, n_out = len(fn.geometry), len(fn.outputs)
+    has_h = fn.tap_arg is not None
+    c_forward = getattr(_C, f"{fn.name}_forward")
+    c_backward = getattr(_C, f"{fn.name}_backward")
+    c_workspace_size = getattr(_C, f"{fn.name}_workspace_size")
+
+    def split(args):
+        """(geometry, planes, h option list, rest) of an op's arguments after the grad outputs."""
+        geometry, planes = list(args[:n_geo]), args[n_geo]
+        h = list(args[n_geo + 1:n_geo + 1 + has_h])
+        return geometry, planes, h, args[n_geo + 1 + has_h:]
+
+    def forward(*args):
+        geometry, planes, h, (gates, features_dtype, _deterministic) = split(args)
+        outputs = _feature_outputs(fn, geometry, planes, features_dtype)
+        c_forward(*[dl(t) for t in geometry], [dl(p) for p in planes], *h, gates,
+                  *[dl(o) for o in outputs], stream_of(geometry[0]))
+        return outputs[0] if n_out == 1 else tuple(outputs)
+
+    def forward_fake(*args):
+        geometry, planes, _, (_, features_dtype, _) = split(args)
+        outputs = _feature_outputs(fn, geometry, planes, features_dtype)
+        return outputs[0] if n_out == 1 else tuple(outputs)
+
+    def backward(*args):
+        grad_outputs = args[:n_out]
+        geometry, planes, h, (gates, wants, deterministic) = split(args[n_out:])
+        grads, grad_planes = _gradient_outputs(geometry, planes, wants)
+        # A DLPack capsule is consumed by the call it is passed to: one set per call.
+        size = c_workspace_size(*[dl(t) for t in geometry], [dl(p) for p in planes], wants[-1],
+                                deterministic)
+        scratch = workspace(size, geometry[0].device)
+        c_backward(*[dl(t) for t in geometry], [dl(p) for p in planes], *h, gates, *[dl(g) for g in grad_outputs],
+                   *[dl(g) if w else None for g, w in zip(grads, wants)],
+                   [dl(g) for g in grad_planes] if wants[-1] else None, deterministic,
+                   dl(scratch), stream_of(geometry[0]))
+        return (*grads, grad_planes)
+
+    def backward_fake(*args):
+        geometry, planes, _, (_, wants, _) = split(args[n_out:])
+        grads, grad_planes = _gradient_outputs(geometry, planes, wants)
+        return (*grads, grad_planes)
+
+    def setup_context(ctx, inputs, output):
+        geometry, planes, h, (gates, _, deterministic) = split(inputs)
+        ctx.save_for_backward(*geometry, *planes)
+        ctx.h, ctx.gates, ctx.deterministic = h, gates, deterministic
+
+    def gradient(ctx, *grad_outputs):
+        saved = ctx.saved_tensors
+        geometry, planes = list(saved[:n_geo]), list(saved[n_geo:])
+        needs = _registry.needs_input_grad(ctx)
+        wants = [_needs(needs[i]) for i in range(n_geo + 1)]
+        options = (None,) * (has_h + 3)  # [h], gates, features_dtype, deterministic
+        if not any(wants):
+            return (None,) * n_geo + ([None] * len(planes),) + options
+        outputs = _feature_outputs(fn, geometry, planes, None)
+        grad_outputs = [g if g is not None else torch.zeros_like(o, dtype=_grad_dtype(grad_outputs))
+                        for g, o in zip(grad_outputs, outputs, strict=True)]
+        result = _ops[f"{fn.name}_backward"](*grad_outputs, *geometry, planes, *ctx.h, ctx.gates,
+                                             wants, ctx.deterministic)
+        grads = [g if w else None for g, w in zip(result[:n_geo], wants)]
+        return (*grads, result[n_geo] if wants[-1] else [None] * len(planes)) + options
+
+    def setup_backward(ctx, inputs, output):
+        geometry, planes, h, (gates, wants, _) = split(inputs[n_out:])
+        ctx.save_for_backward(*inputs[:n_out], *geometry, *planes)
+        ctx.h, ctx.gates, ctx.wants = h, gates, wants
+
+    def gradient_of_backward(ctx, *seeds):
+        saved = ctx.saved_tensors
+        grad_outputs = dict(zip(fn.outputs, saved[:n_out]))
+        geometry = saved[n_out:n_out + n_geo]
+        planes = list(saved[n_out + n_geo:])
+        roles = {fn.role(arg): t for arg, t in zip(fn.geometry, geometry, strict=True)}
+        wants = {fn.role(arg): w for arg, w in zip(fn.geometry, ctx.wants)}
+        seeded = {fn.role(arg): s for arg, s in zip(fn.geometry, seeds)}
+        d_outputs, d_roles, d_planes = _second_order.backward_of_backward(
+            grad_outputs, roles, planes, ctx.gates, ctx.h[0] if has_h else 0.0,
+            wants, ctx.wants[-1], seeded, seeds[n_geo],
         )
-    if grad_tap_features is None:
-        n = tap_pts.shape[0] if ctx.has_taps else 0
-        grad_tap_features = grad_features.new_zeros((4, n, grad_features.shape[1]))
-    grad_pts, grad_tap_pts, grad_rotations, grad_planes = kplanes_backward(
-        grad_features, grad_tap_features, pts, tap_pts, rotations, planes, ctx.gates, ctx.h, wants,
-        ctx.deterministic,
-    )
-    return (
-        grad_pts if wants[0] else None,
-        grad_tap_pts if wants[1] else None,
-        grad_rotations if wants[2] else None,
-        grad_planes if wants[3] else no_planes,
-        None,
-        None,
-        None,
-        None,
-    )
+        return (*[d_outputs[o] for o in fn.outputs],
+                *[d_roles[fn.role(arg)] for arg in fn.geometry], d_planes,
+                *(None,) * (has_h + 3))  # [h], gates, wants, deterministic
+
+    h_schema = "float h, " if has_h else ""
+    geometry_schema = "".join(f"Tensor {arg}, " for arg in fn.geometry)
+    outputs_schema = ", ".join("Tensor" for _ in fn.outputs)
+    grads_schema = "".join(f"Tensor grad_{o}, " for o in fn.outputs)
+    return [
+        # deterministic changes nothing in the forward: it is an argument of the forward op so that
+        # the op's autograd formula can hand it to the backward op (autograd gives the formula the
+        # forward's inputs and nothing else, on both call paths and under torch.compile).
+        _registry.OpSpec(
+            f"{fn.name}_forward", forward, forward_fake, setup_context, gradient,
+            schema=f"({geometry_schema}Tensor[] planes, {h_schema}float[]? gates, "
+                   f"ScalarType features_dtype, bool deterministic) -> "
+                   f"{outputs_schema if n_out == 1 else f'({outputs_schema})'}",
+        ),
+        # Double backward: exact, through a twice-differentiable PyTorch restatement of the math.
+        _registry.OpSpec(
+            f"{fn.name}_backward", backward, backward_fake, setup_backward, gradient_of_backward,
+            schema=f"({grads_schema}{geometry_schema}Tensor[] planes, {h_schema}float[]? gates, "
+                   f"bool[] wants, bool deterministic) -> "
+                   f"({', '.join('Tensor' for _ in fn.geometry)}, Tensor[])",
+        ),
+    ]
 
 
-kplanes_forward.register_autograd(_kplanes_grad, setup_context=_setup_kplanes)
+def _grad_dtype(grad_outputs) -> torch.dtype:
+    return next(g.dtype for g in grad_outputs if g is not None)
 
 
-def _setup_kplanes_backward(ctx, inputs, output):
-    (grad_features, grad_tap_features, pts, tap_pts, rotations, planes, gates, h, wants,
-     deterministic) = inputs
-    ctx.gates, ctx.h, ctx.wants = gates, h, wants
-    ctx.save_for_backward(grad_features, grad_tap_features, pts, tap_pts, rotations, *planes)
+# --- plane_tv ---------------------------------------------------------------------------------
 
 
-# Double backward: exact, through a twice-differentiable PyTorch restatement of the same math.
-kplanes_backward.register_autograd(_second_order.backward_of_backward,
-                                   setup_context=_setup_kplanes_backward)
+def _level_terms(planes: list[Tensor]) -> Tensor:
+    return planes[0].new_empty((len(planes),), dtype=reduced_dtype(planes[0].dtype))
+
+
+def _plane_tv_forward(planes: list[Tensor], num_tilts: int, norm: str) -> Tensor:
+    out = _level_terms(planes)
+    # A DLPack capsule is consumed by the call it is passed to: one set per call.
+    scratch = workspace(_C.plane_tv_workspace_size([dl(p) for p in planes]), planes[0].device)
+    _C.plane_tv_forward([dl(p) for p in planes], num_tilts, norm, dl(out), dl(scratch), stream_of(planes[0]))
+    return out
+
+
+def _plane_tv_backward(planes: list[Tensor], num_tilts: int, norm: str,
+                       grad_out: Tensor) -> list[Tensor]:
+    grads = [torch.empty_like(p) for p in planes]
+    _C.plane_tv_backward([dl(p) for p in planes], num_tilts, norm, dl(grad_out),
+                         [dl(g) for g in grads], stream_of(planes[0]))
+    return grads
+
+
+def _setup_plane_tv(ctx, inputs, output):
+    planes, num_tilts, norm = inputs
+    ctx.num_tilts, ctx.norm = num_tilts, norm
+    ctx.save_for_backward(*planes)
+
+
+def _plane_tv_grad(ctx, grad_out):
+    planes = list(ctx.saved_tensors)
+    return _ops["plane_tv_backward"](planes, ctx.num_tilts, ctx.norm, grad_out), None, None
+
+
+# Note [op table]: every K-Planes op, registered once (custom op, fake, autograd, eager fast path).
+_ops = _registry.register(
+    [spec for fn in _FUNCTIONS for spec in _specs(fn)]
+    + [
+        _registry.OpSpec("plane_tv_forward", _plane_tv_forward,
+                         lambda planes, num_tilts, norm: _level_terms(planes),
+                         _setup_plane_tv, _plane_tv_grad),
+        _registry.OpSpec("plane_tv_backward", _plane_tv_backward,
+                         lambda planes, num_tilts, norm, grad_out: [torch.empty_like(p)
+                                                                    for p in planes]),
+    ]
+)
 
 
 # --- public functions -------------------------------------------------------------------------
 
 
 def _levels(op: str, planes) -> list[Tensor]:
+    """The levels as a list of tensors: the outputs' shapes and dtype are read from them."""
     if isinstance(planes, Tensor):
         return [planes]
     try:  # any sequence of tensors: a list, a tuple, an nn.ParameterList, ...
@@ -232,16 +301,17 @@ def _levels(op: str, planes) -> list[Tensor]:
             f"{op}(): expected planes to be a tensor or a sequence of tensors (one per level), but "
             f"got {type(planes).__name__}"
         ) from None
-    if len(planes) == 0:
+    if len(planes) == 0:  # the outputs' dtype and device come from planes[0]
         raise ValueError(f"{op}(): expected at least one level of planes, but got an empty list")
     for i, p in enumerate(planes):
         check_tensor(op, f"planes[{i}]", p)
-    return list(planes)
+    return planes
 
 
 def _gates(op: str, gates, num_levels: int):
-    """Float gates (fused into the kernels), a gate tensor (applied outside, differentiable and
-    free to change under torch.compile), or None."""
+    """Float gates (fused into the kernels; their count and values are checked by the C++ entry),
+    a gate tensor (applied here, outside the kernels: differentiable and free to change under
+    torch.compile), or None."""
     if gates is None:
         return None
     if isinstance(gates, Tensor):
@@ -251,13 +321,7 @@ def _gates(op: str, gates, num_levels: int):
                 f"shape {list(gates.shape)}"
             )
         return gates
-    values = float_list(op, "gates", gates)
-    if len(values) != num_levels:
-        raise ValueError(
-            f"{op}(): expected gates to have one entry per level ({num_levels}), but got "
-            f"{len(values)}"
-        )
-    return values
+    return float_list(op, "gates", gates)  # the schema's float[] needs real numbers
 
 
 def _apply_gates(outputs, gates: Tensor, planes: list[Tensor], num_tilts: int):
@@ -266,48 +330,46 @@ def _apply_gates(outputs, gates: Tensor, planes: list[Tensor], num_tilts: int):
     return tuple(o * scale.to(o.dtype) for o in outputs)
 
 
-def _deterministic(deterministic: bool) -> bool:
-    return bool(deterministic) or torch.are_deterministic_algorithms_enabled()
+def _features_dtype(op: str, features_dtype, pts: Tensor, planes: list[Tensor]) -> torch.dtype:
+    """The outputs' dtype, which the allocation needs before the C++ entry runs."""
+    if features_dtype is None:
+        return pts.dtype
+    if features_dtype in (pts.dtype, planes[0].dtype):
+        return features_dtype
+    raise TypeError(
+        f"{op}(): expected features_dtype to be None, {pts.dtype} (the dtype of pts) or "
+        f"{planes[0].dtype} (the dtype of planes), but got {features_dtype}"
+    )
 
 
-def _run(op, pts, tap_pts, rotations, planes, gates, h, features_dtype, deterministic):
-    check_tensor(op, "pts", pts)
-    if tap_pts is not None:
-        check_tensor(op, "tap_pts", tap_pts)
-    if rotations is not None:
-        check_tensor(op, "rotations", rotations)
+def _run(fn: _Function, geometry: list, planes, h, gates, features_dtype, deterministic):
+    """Calls fn's forward op: Python checks only what allocating the outputs reads."""
+    op = fn.name
+    for arg, t in zip(fn.geometry, geometry, strict=True):
+        check_tensor(op, arg, t)  # their shapes, dtype and device size the outputs
     planes = _levels(op, planes)
     gates = _gates(op, gates, len(planes))
-    if features_dtype is None:
-        plane_dtype_features = False
-    elif features_dtype == planes[0].dtype:
-        plane_dtype_features = True
-    elif features_dtype == pts.dtype:
-        plane_dtype_features = False
-    else:
-        raise TypeError(
-            f"{op}(): expected features_dtype to be None, {pts.dtype} (the dtype of pts) or "
-            f"{planes[0].dtype} (the dtype of planes), but got {features_dtype}"
-        )
-    # h is checked for finiteness by the core; here only its type (a SymFloat under compile).
-    if isinstance(h, bool) or not isinstance(h, (int, float, torch.SymInt, torch.SymFloat)):
-        raise TypeError(f"{op}(): expected h to be a real number, but got {type(h).__name__}")
+    h_option = []
+    if fn.tap_arg:
+        # The schema's float needs a real number (a SymFloat under compile); the C++ entry checks
+        # that it is finite.
+        if isinstance(h, bool) or not isinstance(h, (int, float, torch.SymInt, torch.SymFloat)):
+            raise TypeError(f"{op}(): expected h to be a real number, but got {type(h).__name__}")
+        h_option = [float(h) if isinstance(h, int) else h]
     fused_gates = gates if not isinstance(gates, Tensor) else None
-    try:
-        outputs = kplanes_forward(
-            pts, tap_pts, rotations, planes, fused_gates, float(h) if isinstance(h, int) else h,
-            plane_dtype_features, _deterministic(deterministic),
-        )
-    except (ValueError, TypeError, NotImplementedError) as error:
-        # The core names its variant ("kplanes_tilted(): ..."); name the function called instead.
-        core = "kplanes_tilted(): " if rotations is not None else "kplanes(): "
-        message = str(error)
-        if op + "(): " != core and message.startswith(core):
-            raise type(error)(op + "(): " + message[len(core):]) from None
-        raise
+    outputs = _ops[f"{op}_forward"](
+        *geometry, planes, *h_option, fused_gates,
+        _features_dtype(op, features_dtype, geometry[0], planes),
+        bool(deterministic) or torch.are_deterministic_algorithms_enabled(),
+    )
+    outputs = (outputs,) if isinstance(outputs, Tensor) else outputs
     if isinstance(gates, Tensor):
-        outputs = _apply_gates(outputs, gates, planes, 1 if rotations is None else rotations.shape[0])
+        num_tilts = geometry[fn.geometry.index("rotations")].shape[0] if fn.tilted else 1
+        outputs = _apply_gates(outputs, gates, planes, num_tilts)
     return outputs
+
+
+_BY_NAME = {fn.name: fn for fn in _FUNCTIONS}
 
 
 def kplanes_tilted(
@@ -337,8 +399,8 @@ def kplanes_tilted(
     Returns:
         ``[B, T·Σ_l C_l]``.
     """
-    return _run("kplanes_tilted", pts, None, rotations, planes, gates, 0.0, features_dtype,
-                deterministic)[0]
+    return _run(_BY_NAME["kplanes_tilted"], [pts, rotations], planes, None, gates,
+                features_dtype, deterministic)[0]
 
 
 def kplanes(
@@ -359,7 +421,7 @@ def kplanes(
     Returns:
         ``[B, Σ_l C_l]``.
     """
-    return _run("kplanes", pts, None, None, planes, gates, 0.0, features_dtype, deterministic)[0]
+    return _run(_BY_NAME["kplanes"], [pts], planes, None, gates, features_dtype, deterministic)[0]
 
 
 def kplanes_tilted_taps(
@@ -378,14 +440,8 @@ def kplanes_tilted_taps(
     ``R(p + h·e_i) = R·p + h·R[:, i]``. Gradients reach points, rotations (including the
     ``h·R[:, i]`` term) and planes; h is a constant.
     """
-    op = "kplanes_tilted_taps"
-    check_tensor(op, "pts", pts)
-    # pts travels as the op's tap points; check its shape here so the message names it.
-    if pts.dim() != 2 or pts.shape[1] != 3:
-        raise ValueError(f"{op}(): expected pts to have shape [B, 3], but got shape {list(pts.shape)}")
-    no_points = pts.new_empty((0, 3))
-    return _run("kplanes_tilted_taps", no_points, pts, rotations, planes, gates, h,
-                features_dtype, deterministic)[1]
+    return _run(_BY_NAME["kplanes_tilted_taps"], [pts, rotations], planes, h, gates,
+                features_dtype, deterministic)[0]
 
 
 def kplanes_tilted_with_taps(
@@ -404,58 +460,8 @@ def kplanes_tilted_with_taps(
     Returns ``(kplanes_tilted(pts, ...) [B, F], kplanes_tilted_taps(tap_pts, ...) [4, N, F])``,
     each bit-identical to the separate calls.
     """
-    return _run("kplanes_tilted_with_taps", pts, tap_pts, rotations, planes, gates, h,
+    return _run(_BY_NAME["kplanes_tilted_with_taps"], [pts, tap_pts, rotations], planes, h, gates,
                 features_dtype, deterministic)
-
-
-# --- plane_tv ---------------------------------------------------------------------------------
-
-
-def _level_terms(planes: list[Tensor]) -> Tensor:
-    return planes[0].new_empty((len(planes),), dtype=reduced_dtype(planes[0].dtype))
-
-
-@torch.library.custom_op("fieldfuse::plane_tv_forward", mutates_args=())
-def plane_tv_forward(planes: list[Tensor], num_tilts: int, norm: str) -> Tensor:
-    out = _level_terms(planes)
-    refs = [dl(p) for p in planes]
-    scratch = workspace(_C.plane_tv_workspace_size(refs), planes[0].device)
-    _C.plane_tv_forward([dl(p) for p in planes], num_tilts, norm, dl(out), dl(scratch),
-                        stream_of(planes[0]))
-    return out
-
-
-@plane_tv_forward.register_fake
-def _(planes, num_tilts, norm):
-    return _level_terms(planes)
-
-
-@torch.library.custom_op("fieldfuse::plane_tv_backward", mutates_args=())
-def plane_tv_backward(planes: list[Tensor], num_tilts: int, norm: str,
-                      grad_out: Tensor) -> list[Tensor]:
-    grads = [torch.empty_like(p) for p in planes]
-    _C.plane_tv_backward([dl(p) for p in planes], num_tilts, norm, dl(grad_out),
-                         [dl(g) for g in grads], stream_of(planes[0]))
-    return grads
-
-
-@plane_tv_backward.register_fake
-def _(planes, num_tilts, norm, grad_out):
-    return [torch.empty_like(p) for p in planes]
-
-
-def _setup_plane_tv(ctx, inputs, output):
-    planes, num_tilts, norm = inputs
-    ctx.num_tilts, ctx.norm = num_tilts, norm
-    ctx.save_for_backward(*planes)
-
-
-def _plane_tv_grad(ctx, grad_out):
-    planes = list(ctx.saved_tensors)
-    return plane_tv_backward(planes, ctx.num_tilts, ctx.norm, grad_out), None, None
-
-
-plane_tv_forward.register_autograd(_plane_tv_grad, setup_context=_setup_plane_tv)
 
 
 def plane_tv(planes: Sequence[Tensor] | Tensor, num_tilts: int, norm: str = "mean") -> Tensor:
@@ -473,8 +479,9 @@ def plane_tv(planes: Sequence[Tensor] | Tensor, num_tilts: int, norm: str = "mea
     """
     op = "plane_tv"
     planes = _levels(op, planes)
-    if norm not in ("mean", "percell"):
+    # The schema takes an int and a str; the binding checks norm's value, the C++ entry num_tilts'.
+    if not isinstance(norm, str):
         raise ValueError(f'{op}(): expected norm to be "mean" or "percell", but got {norm!r}')
     if isinstance(num_tilts, bool) or not isinstance(num_tilts, int):
         raise TypeError(f"{op}(): expected num_tilts to be an int, but got {type(num_tilts).__name__}")
-    return plane_tv_forward(planes, num_tilts, norm).sum()
+    return _ops["plane_tv_forward"](planes, num_tilts, norm).sum()

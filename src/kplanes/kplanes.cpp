@@ -1,35 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The K-Planes front: validates every argument, lays the problem out for the drivers and picks the
-// CPU or CUDA one. All checks live here, so C++ and Python callers see the same messages.
+// CPU or CUDA one. All checks live here, so C++ and Python callers see the same messages. The
+// public entries (kplanes.h) are thin wrappers over one implementation (kplanes_call.h) that each
+// pass their own name, so every message starts with the function the caller called.
 #include "fieldfuse/kplanes.h"
 
 #include <cmath>
 #include <string>
 
 #include "core/check.h"
+#include "kplanes/kplanes_call.h"
 #include "kplanes/kplanes_drivers.h"
 
-namespace fieldfuse {
+namespace fieldfuse::detail::kplanes {
 namespace {
-
-using detail::fail;
-using detail::is_absent;
-using detail::kplanes::BackwardArgs;
-using detail::kplanes::ForwardOutputs;
-using detail::kplanes::Level;
-using detail::kplanes::MatrixView;
-using detail::kplanes::PlaneView;
-using detail::kplanes::PointsView;
-using detail::kplanes::Problem;
-using detail::kplanes::Variant;
-
-/// The op names errors and profiler ranges use: the variant's public name.
-const char* forward_op(const KPlanesInputs& in) {
-  return in.variant == KPlanesVariant::Tilted ? "kplanes_tilted" : "kplanes";
-}
-const char* backward_op(const KPlanesInputs& in) {
-  return in.variant == KPlanesVariant::Tilted ? "kplanes_tilted_backward" : "kplanes_backward";
-}
 
 bool is_16bit(DType d) { return d == DType::Float16 || d == DType::BFloat16; }
 
@@ -58,26 +42,47 @@ PlaneView plane_view(const TensorRef& t) {
           t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
 }
 
+/// The points tensor that sets the compute dtype and the device: pts, or the tap points of a call
+/// without plain points (kplanes_tilted_taps, whose tap points are named pts).
+struct Reference {
+  const TensorRef& tensor;
+  const char* arg;
+};
+Reference reference_of(const Call& in) {
+  if (is_absent(in.pts) && !is_absent(in.tap_pts)) return {in.tap_pts, in.tap_pts_arg};
+  return {in.pts, "pts"};
+}
+
+/// The message layout of the tap points: "[B, 3]" where the public function calls them pts.
+const char* tap_pts_layout(const Call& in) {
+  return std::string(in.tap_pts_arg) == "pts" ? "[B, 3]" : "[N, 3]";
+}
+
 /// Validates the inputs and lays them out; `needs_data = false` for workspace queries.
-Problem make_problem(const char* op, const KPlanesInputs& in, bool needs_data = true) {
+Problem make_problem(const char* op, const Call& in, bool needs_data = true) {
   Problem pb;
   pb.op = op;
-  pb.variant = in.variant == KPlanesVariant::Tilted ? Variant::kTilted : Variant::kAxisAligned;
-  if (in.variant != KPlanesVariant::Tilted && in.variant != KPlanesVariant::AxisAligned) {
-    fail(ErrorKind::Value, op, "expected variant to be Tilted or AxisAligned");
-  }
+  pb.variant = in.variant;
+  const Reference reference = reference_of(in);
+  const TensorRef& ref = reference.tensor;
+  const char* ref_arg = reference.arg;
 
-  check_geometry_tensor(op, "pts", in.pts, needs_data);
-  detail::check_shape(op, "pts", in.pts, {-1, 3}, "[B, 3]");
-  pb.dtype = in.pts.dtype;
-  pb.device = in.pts.device;
-  pb.pts = points_view(in.pts);
+  if (!is_absent(in.pts) || is_absent(in.tap_pts)) {
+    check_geometry_tensor(op, "pts", in.pts, needs_data);
+    detail::check_shape(op, "pts", in.pts, {-1, 3}, "[B, 3]");
+    pb.pts = points_view(in.pts);
+  }
+  pb.dtype = ref.dtype;
+  pb.device = ref.device;
 
   if (!is_absent(in.tap_pts)) {
-    check_geometry_tensor(op, "tap_pts", in.tap_pts, needs_data);
-    detail::check_shape(op, "tap_pts", in.tap_pts, {-1, 3}, "[N, 3]");
-    detail::check_same_device(op, "tap_pts", in.tap_pts, "pts", in.pts);
-    detail::check_dtype(op, "tap_pts", in.tap_pts, pb.dtype, "the dtype of pts");
+    const char* arg = in.tap_pts_arg;
+    check_geometry_tensor(op, arg, in.tap_pts, needs_data);
+    detail::check_shape(op, arg, in.tap_pts, {-1, 3}, tap_pts_layout(in));
+    if (&ref != &in.tap_pts) {
+      detail::check_same_device(op, arg, in.tap_pts, ref_arg, ref);
+      detail::check_dtype(op, arg, in.tap_pts, pb.dtype, "the dtype of pts");
+    }
     pb.tap_pts = points_view(in.tap_pts);
     if (pb.tap_pts.rows > 0 && !std::isfinite(in.h)) {
       fail(ErrorKind::Value, op, "expected h to be finite, but got " + detail::number_text(in.h));
@@ -85,11 +90,12 @@ Problem make_problem(const char* op, const KPlanesInputs& in, bool needs_data = 
     pb.h = in.h;
   }
 
+  const std::string dtype_why = "the dtype of " + std::string(ref_arg);
   if (pb.variant == Variant::kTilted) {
     check_geometry_tensor(op, "rotations", in.rotations, needs_data);
     detail::check_shape(op, "rotations", in.rotations, {-1, 3, 3}, "[T, 3, 3]");
-    detail::check_same_device(op, "rotations", in.rotations, "pts", in.pts);
-    detail::check_dtype(op, "rotations", in.rotations, pb.dtype, "the dtype of pts");
+    detail::check_same_device(op, "rotations", in.rotations, ref_arg, ref);
+    detail::check_dtype(op, "rotations", in.rotations, pb.dtype, dtype_why.c_str());
     if (in.rotations.sizes[0] < 1) {
       fail(ErrorKind::Value, op,
            "expected rotations to hold at least one tilt, but got shape " +
@@ -98,6 +104,8 @@ Problem make_problem(const char* op, const KPlanesInputs& in, bool needs_data = 
     pb.num_tilts = static_cast<int>(in.rotations.sizes[0]);
     pb.rotations = in.rotations.data;
     for (int i = 0; i < 3; ++i) pb.rotation_strides[i] = in.rotations.strides[i];
+  } else if (pb.variant != Variant::kAxisAligned) {
+    fail(ErrorKind::Value, op, "expected variant to be Tilted or AxisAligned");
   } else if (!is_absent(in.rotations)) {
     fail(ErrorKind::Value, op,
          "the axis-aligned variant takes no rotations, but got a tensor of shape " +
@@ -120,7 +128,7 @@ Problem make_problem(const char* op, const KPlanesInputs& in, bool needs_data = 
     detail::check_storage(op, arg.c_str(), t, needs_data);
     detail::check_device_supported(op, arg.c_str(), t);
     detail::check_float_dtype(op, arg.c_str(), t);
-    detail::check_same_device(op, arg.c_str(), t, "pts", in.pts);
+    detail::check_same_device(op, arg.c_str(), t, ref_arg, ref);
     if (t.ndim != 4 || t.sizes[0] != planes_per_level) {
       fail(ErrorKind::Value, op,
            "expected " + arg + " to have shape " + planes_layout + ", but got shape " +
@@ -141,8 +149,9 @@ Problem make_problem(const char* op, const KPlanesInputs& in, bool needs_data = 
       const bool half = is_16bit(t.dtype) && pb.dtype == DType::Float32;
       if (!same && !half) {
         fail(ErrorKind::Type, op,
-             "expected planes to have the dtype of pts (" + std::string(dtype_name(pb.dtype)) +
-                 "), or float16/bfloat16 with float32 pts, but got " + dtype_name(t.dtype));
+             "expected planes to have the dtype of " + std::string(ref_arg) + " (" +
+                 dtype_name(pb.dtype) + "), or float16/bfloat16 with float32 " + ref_arg +
+                 ", but got " + dtype_name(t.dtype));
       }
     } else {
       detail::check_dtype(op, arg.c_str(), t, pb.plane_dtype, "the dtype of planes[0]");
@@ -168,30 +177,39 @@ Problem make_problem(const char* op, const KPlanesInputs& in, bool needs_data = 
 
 /// An output must not share memory with any input (it is written while they are read).
 void check_disjoint_from_inputs(const char* op, const char* arg, const TensorRef& t,
-                                const KPlanesInputs& in) {
-  detail::check_disjoint(op, arg, t, "pts", in.pts);
-  if (!is_absent(in.tap_pts)) detail::check_disjoint(op, arg, t, "tap_pts", in.tap_pts);
+                                const Call& in) {
+  if (!is_absent(in.pts)) detail::check_disjoint(op, arg, t, "pts", in.pts);
+  if (!is_absent(in.tap_pts)) detail::check_disjoint(op, arg, t, in.tap_pts_arg, in.tap_pts);
   if (!is_absent(in.rotations)) detail::check_disjoint(op, arg, t, "rotations", in.rotations);
   for (int l = 0; l < in.num_levels; ++l) {
     detail::check_disjoint(op, arg, t, level_arg("planes", l).c_str(), in.planes[l]);
   }
 }
 
-/// A feature output: the given shape, contiguous, on pts' device, not aliasing inputs.
-void check_output(const char* op, const char* arg, const TensorRef& t, const KPlanesInputs& in,
-                  std::initializer_list<int64_t> shape, const char* layout) {
+/// A feature matrix (an output or an upstream gradient): the given shape, on the points' device.
+void check_feature_matrix(const char* op, const char* arg, const TensorRef& t, const Call& in,
+                          std::initializer_list<int64_t> shape, const char* layout) {
+  const Reference ref = reference_of(in);
   detail::check_storage(op, arg, t);
   detail::check_shape(op, arg, t, shape, layout);
-  detail::check_same_device(op, arg, t, "pts", in.pts);
+  detail::check_same_device(op, arg, t, ref.arg, ref.tensor);
+}
+
+/// A feature output: a feature matrix that is contiguous and does not alias the inputs.
+void check_output(const char* op, const char* arg, const TensorRef& t, const Call& in,
+                  std::initializer_list<int64_t> shape, const char* layout) {
+  check_feature_matrix(op, arg, t, in, shape, layout);
   detail::check_contiguous(op, arg, t);
   check_disjoint_from_inputs(op, arg, t, in);
 }
 
 /// Features are the compute type or the plane dtype.
-void check_feature_dtype(const char* op, const char* arg, const TensorRef& t, const Problem& pb) {
+void check_feature_dtype(const char* op, const char* arg, const TensorRef& t, const Problem& pb,
+                         const char* ref_arg) {
   if (t.dtype != pb.dtype && t.dtype != pb.plane_dtype) {
     fail(ErrorKind::Type, op,
-         "expected " + std::string(arg) + " to be " + dtype_name(pb.dtype) + " (the dtype of pts)" +
+         "expected " + std::string(arg) + " to be " + dtype_name(pb.dtype) + " (the dtype of " +
+             ref_arg + ")" +
              (pb.plane_dtype != pb.dtype
                   ? std::string(" or ") + dtype_name(pb.plane_dtype) + " (the dtype of planes)"
                   : std::string()) +
@@ -207,40 +225,8 @@ std::string shape_text(int64_t a, int64_t b, int64_t c) {
   return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
 }
 
-}  // namespace
-
-int64_t kplanes_num_features(const KPlanesInputs& inputs) {
-  return make_problem(forward_op(inputs), inputs, /*needs_data=*/false).num_features;
-}
-
-void kplanes_forward(const KPlanesInputs& inputs, const TensorRef& features,
-                     const TensorRef& tap_features, Stream stream) {
-  const char* op = forward_op(inputs);
-  const Problem pb = make_problem(op, inputs);
-  const int64_t f = pb.num_features;
-  check_feature_dtype(op, "features", features, pb);
-  const std::string rows = shape_text(pb.pts.rows, f);
-  check_output(op, "features", features, inputs, {pb.pts.rows, f}, rows.c_str());
-  ForwardOutputs out{features.data, nullptr, features.dtype};
-  if (pb.tap_pts.rows > 0 || !is_absent(tap_features)) {
-    const std::string taps = shape_text(detail::kplanes::kTapsPerTapPoint, pb.tap_pts.rows, f);
-    check_output(op, "tap_features", tap_features, inputs,
-                 {detail::kplanes::kTapsPerTapPoint, pb.tap_pts.rows, f}, taps.c_str());
-    detail::check_dtype(op, "tap_features", tap_features, features.dtype, "the dtype of features");
-    detail::check_disjoint(op, "tap_features", tap_features, "features", features);
-    out.tap_features = tap_features.data;
-  }
-#if FIELDFUSE_WITH_CUDA
-  if (pb.device.is_cuda()) return detail::kplanes::forward_cuda(pb, out, stream);
-#endif
-  (void)stream;
-  detail::kplanes::forward_cpu(pb, out);
-}
-
-namespace {
-
 /// Which gradients the caller wants must be possible for the problem.
-void check_gradient_requests(const char* op, const Problem& pb, const KPlanesGradients& g) {
+void check_gradient_requests(const char* op, const Problem& pb, const Gradients& g) {
   if (g.rotations != nullptr && pb.variant != Variant::kTilted) {
     fail(ErrorKind::Value, op, "the axis-aligned variant has no rotations to differentiate");
   }
@@ -249,21 +235,21 @@ void check_gradient_requests(const char* op, const Problem& pb, const KPlanesGra
   }
 }
 
-std::size_t backward_workspace(const Problem& pb, const KPlanesGradients& g, bool deterministic) {
+std::size_t backward_workspace(const Problem& pb, const Gradients& g, bool deterministic) {
 #if FIELDFUSE_WITH_CUDA
   if (pb.device.is_cuda()) {
-    return detail::kplanes::backward_workspace_cuda(pb, g.planes != nullptr, deterministic);
+    return backward_workspace_cuda(pb, g.planes != nullptr, deterministic);
   }
 #endif
   (void)g;
   (void)deterministic;
-  return detail::kplanes::backward_workspace_cpu(pb);
+  return backward_workspace_cpu(pb);
 }
 
 /// A gradient output: the shape and dtype of its input, distinct elements, not aliasing inputs or
 /// the upstream gradients.
 void check_gradient(const char* op, const char* arg, const TensorRef& grad, const char* input_arg,
-                    const TensorRef& input, const KPlanesInputs& in, const TensorRef& grad_features,
+                    const TensorRef& input, const Call& in, const TensorRef& grad_features,
                     const TensorRef& grad_tap_features) {
   detail::check_storage(op, arg, grad);
   detail::check_same_shape(op, arg, grad, input_arg, input);
@@ -272,7 +258,9 @@ void check_gradient(const char* op, const char* arg, const TensorRef& grad, cons
   detail::check_dtype(op, arg, grad, input.dtype, why.c_str());
   detail::check_no_repeated_elements(op, arg, grad);
   check_disjoint_from_inputs(op, arg, grad, in);
-  detail::check_disjoint(op, arg, grad, "grad_features", grad_features);
+  if (!is_absent(grad_features)) {
+    detail::check_disjoint(op, arg, grad, "grad_features", grad_features);
+  }
   if (!is_absent(grad_tap_features)) {
     detail::check_disjoint(op, arg, grad, "grad_tap_features", grad_tap_features);
   }
@@ -280,70 +268,113 @@ void check_gradient(const char* op, const char* arg, const TensorRef& grad, cons
 
 }  // namespace
 
-std::size_t kplanes_backward_workspace_size(const KPlanesInputs& inputs,
-                                            const KPlanesGradients& grads, bool deterministic) {
-  const Problem pb = make_problem(backward_op(inputs), inputs, /*needs_data=*/false);
-  check_gradient_requests(backward_op(inputs), pb, grads);
+int64_t num_features(const char* op, const Call& call) {
+  return make_problem(op, call, /*needs_data=*/false).num_features;
+}
+
+void forward(const char* op, const Call& call, const TensorRef& features,
+             const TensorRef& tap_features, Stream stream) {
+  const Problem pb = make_problem(op, call);
+  const char* ref_arg = reference_of(call).arg;
+  const int64_t f = pb.num_features;
+  ForwardOutputs out;
+  const bool has_features = pb.pts.rows > 0 || !is_absent(features);
+  if (has_features) {
+    check_feature_dtype(op, "features", features, pb, ref_arg);
+    const std::string rows = shape_text(pb.pts.rows, f);
+    check_output(op, "features", features, call, {pb.pts.rows, f}, rows.c_str());
+    out = {features.data, nullptr, features.dtype};
+  }
+  if (pb.tap_pts.rows > 0 || !is_absent(tap_features)) {
+    const std::string taps = shape_text(kTapsPerTapPoint, pb.tap_pts.rows, f);
+    check_output(op, "tap_features", tap_features, call, {kTapsPerTapPoint, pb.tap_pts.rows, f},
+                 taps.c_str());
+    if (has_features) {
+      detail::check_dtype(op, "tap_features", tap_features, features.dtype,
+                          "the dtype of features");
+      detail::check_disjoint(op, "tap_features", tap_features, "features", features);
+    } else {
+      check_feature_dtype(op, "tap_features", tap_features, pb, ref_arg);
+      out.dtype = tap_features.dtype;
+    }
+    out.tap_features = tap_features.data;
+  }
+#if FIELDFUSE_WITH_CUDA
+  if (pb.device.is_cuda()) return forward_cuda(pb, out, stream);
+#endif
+  (void)stream;
+  forward_cpu(pb, out);
+}
+
+std::size_t backward_workspace_size(const char* op, const Call& call, const Gradients& grads,
+                                    bool deterministic) {
+  const Problem pb = make_problem(op, call, /*needs_data=*/false);
+  check_gradient_requests(op, pb, grads);
   return backward_workspace(pb, grads, deterministic);
 }
 
-void kplanes_backward(const KPlanesInputs& inputs, const TensorRef& grad_features,
-                      const TensorRef& grad_tap_features, const KPlanesGradients& grads,
-                      bool deterministic, void* workspace, std::size_t workspace_bytes,
-                      Stream stream) {
-  const char* op = backward_op(inputs);
+void backward(const char* op, const Call& call, const TensorRef& grad_features,
+              const TensorRef& grad_tap_features, const Gradients& grads, bool deterministic,
+              void* workspace, std::size_t workspace_bytes, Stream stream) {
   BackwardArgs args;
-  args.problem = make_problem(op, inputs);
+  args.problem = make_problem(op, call);
   Problem& pb = args.problem;
+  const char* ref_arg = reference_of(call).arg;
   check_gradient_requests(op, pb, grads);
   const int64_t f = pb.num_features;
 
-  detail::check_storage(op, "grad_features", grad_features);
-  const std::string rows = shape_text(pb.pts.rows, f);
-  detail::check_shape(op, "grad_features", grad_features, {pb.pts.rows, f}, rows.c_str());
-  detail::check_same_device(op, "grad_features", grad_features, "pts", inputs.pts);
-  check_feature_dtype(op, "grad_features", grad_features, pb);
-  args.grad_dtype = grad_features.dtype;
-  args.grad_features = {grad_features.data, 0, grad_features.strides[0], grad_features.strides[1]};
+  const bool has_features = pb.pts.rows > 0 || !is_absent(grad_features);
+  if (has_features) {
+    const std::string rows = shape_text(pb.pts.rows, f);
+    check_feature_matrix(op, "grad_features", grad_features, call, {pb.pts.rows, f}, rows.c_str());
+    check_feature_dtype(op, "grad_features", grad_features, pb, ref_arg);
+    args.grad_dtype = grad_features.dtype;
+    args.grad_features = {grad_features.data, 0, grad_features.strides[0],
+                          grad_features.strides[1]};
+  }
   if (pb.tap_pts.rows > 0) {
-    const std::string taps = shape_text(detail::kplanes::kTapsPerTapPoint, pb.tap_pts.rows, f);
-    detail::check_storage(op, "grad_tap_features", grad_tap_features);
-    detail::check_shape(op, "grad_tap_features", grad_tap_features,
-                        {detail::kplanes::kTapsPerTapPoint, pb.tap_pts.rows, f}, taps.c_str());
-    detail::check_same_device(op, "grad_tap_features", grad_tap_features, "pts", inputs.pts);
-    detail::check_dtype(op, "grad_tap_features", grad_tap_features, args.grad_dtype,
-                        "the dtype of grad_features");
+    const std::string taps = shape_text(kTapsPerTapPoint, pb.tap_pts.rows, f);
+    check_feature_matrix(op, "grad_tap_features", grad_tap_features, call,
+                         {kTapsPerTapPoint, pb.tap_pts.rows, f}, taps.c_str());
+    if (has_features) {
+      detail::check_dtype(op, "grad_tap_features", grad_tap_features, args.grad_dtype,
+                          "the dtype of grad_features");
+    } else {
+      check_feature_dtype(op, "grad_tap_features", grad_tap_features, pb, ref_arg);
+      args.grad_dtype = grad_tap_features.dtype;
+    }
     args.grad_tap_features = {grad_tap_features.data, grad_tap_features.strides[0],
                               grad_tap_features.strides[1], grad_tap_features.strides[2]};
   }
 
-  if (grads.pts != nullptr) {
-    check_gradient(op, "grad_pts", *grads.pts, "pts", inputs.pts, inputs, grad_features,
+  if (grads.pts != nullptr && !is_absent(call.pts)) {
+    check_gradient(op, "grad_pts", *grads.pts, "pts", call.pts, call, grad_features,
                    grad_tap_features);
     args.grad_pts = grads.pts->data;
     args.grad_pts_strides[0] = grads.pts->strides[0];
     args.grad_pts_strides[1] = grads.pts->strides[1];
   }
   if (grads.tap_pts != nullptr && pb.tap_pts.rows > 0) {
-    check_gradient(op, "grad_tap_pts", *grads.tap_pts, "tap_pts", inputs.tap_pts, inputs,
+    const std::string arg = "grad_" + std::string(call.tap_pts_arg);
+    check_gradient(op, arg.c_str(), *grads.tap_pts, call.tap_pts_arg, call.tap_pts, call,
                    grad_features, grad_tap_features);
     args.grad_tap_pts = grads.tap_pts->data;
     args.grad_tap_pts_strides[0] = grads.tap_pts->strides[0];
     args.grad_tap_pts_strides[1] = grads.tap_pts->strides[1];
   }
   if (grads.rotations != nullptr) {
-    check_gradient(op, "grad_rotations", *grads.rotations, "rotations", inputs.rotations, inputs,
+    check_gradient(op, "grad_rotations", *grads.rotations, "rotations", call.rotations, call,
                    grad_features, grad_tap_features);
     args.grad_rotations = grads.rotations->data;
     for (int i = 0; i < 3; ++i) args.grad_rotation_strides[i] = grads.rotations->strides[i];
   }
   if (grads.planes != nullptr) {
     args.wants_planes = true;
-    for (int l = 0; l < inputs.num_levels; ++l) {
+    for (int l = 0; l < call.num_levels; ++l) {
       const TensorRef& g = grads.planes[l];
       const std::string arg = level_arg("grad_planes", l);
       const std::string input_arg = level_arg("planes", l);
-      check_gradient(op, arg.c_str(), g, input_arg.c_str(), inputs.planes[l], inputs, grad_features,
+      check_gradient(op, arg.c_str(), g, input_arg.c_str(), call.planes[l], call, grad_features,
                      grad_tap_features);
       detail::check_dense(op, arg.c_str(), g);
       for (int m = 0; m < l; ++m) {
@@ -361,9 +392,199 @@ void kplanes_backward(const KPlanesInputs& inputs, const TensorRef& grad_feature
   args.workspace_bytes = workspace_bytes;
   args.stream = stream;
 #if FIELDFUSE_WITH_CUDA
-  if (pb.device.is_cuda()) return detail::kplanes::backward_cuda(args);
+  if (pb.device.is_cuda()) return backward_cuda(args);
 #endif
-  detail::kplanes::backward_cpu(args);
+  backward_cpu(args);
+}
+
+}  // namespace fieldfuse::detail::kplanes
+
+// ---- the public entries: each names its call and itself --------------------------------------
+
+namespace fieldfuse {
+namespace {
+
+using detail::kplanes::Call;
+using detail::kplanes::Gradients;
+using detail::kplanes::Variant;
+
+Call tilted_call(const TensorRef& pts, const TensorRef& rotations, const TensorRef* planes,
+                 int num_levels, const double* gates) {
+  Call call;
+  call.pts = pts;
+  call.rotations = rotations;
+  call.planes = planes;
+  call.num_levels = num_levels;
+  call.gates = gates;
+  return call;
+}
+
+Call axis_aligned_call(const TensorRef& pts, const TensorRef* planes, int num_levels,
+                       const double* gates) {
+  Call call = tilted_call(pts, TensorRef{}, planes, num_levels, gates);
+  call.variant = Variant::kAxisAligned;
+  return call;
+}
+
+/// kplanes_tilted_taps evaluates only tap points, which its signature calls pts.
+Call taps_call(const TensorRef& pts, const TensorRef& rotations, const TensorRef* planes,
+               int num_levels, double h, const double* gates) {
+  Call call = tilted_call(TensorRef{}, rotations, planes, num_levels, gates);
+  call.tap_pts = pts;
+  call.tap_pts_arg = "pts";
+  call.h = h;
+  return call;
+}
+
+Call with_taps_call(const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
+                    const TensorRef* planes, int num_levels, double h, const double* gates) {
+  Call call = tilted_call(pts, rotations, planes, num_levels, gates);
+  call.tap_pts = tap_pts;
+  call.h = h;
+  return call;
+}
+
+/// The workspace query's Gradients: only whether plane gradients come changes the size.
+Gradients workspace_request(bool wants_grad_planes) {
+  static const TensorRef placeholder{};
+  Gradients grads;
+  if (wants_grad_planes) grads.planes = &placeholder;
+  return grads;
+}
+
+}  // namespace
+
+int64_t kplanes_num_features(const TensorRef* planes, int num_levels, int num_tilts) {
+  constexpr const char* op = "kplanes_num_features";
+  if (num_levels < 1 || planes == nullptr) {
+    detail::fail(ErrorKind::Value, op,
+                 "expected at least one level of planes, but got " + std::to_string(num_levels));
+  }
+  if (num_tilts < 1) {
+    detail::fail(ErrorKind::Value, op,
+                 "expected num_tilts >= 1, but got " + std::to_string(num_tilts));
+  }
+  int64_t channels = 0;
+  for (int l = 0; l < num_levels; ++l) {
+    if (planes[l].ndim != 4) {
+      detail::fail(ErrorKind::Value, op,
+                   "expected planes[" + std::to_string(l) +
+                       "] to have shape [P, C, H, W], but got " + "shape " + planes[l].shape_str());
+    }
+    channels += planes[l].sizes[1];
+  }
+  return num_tilts * channels;
+}
+
+void kplanes_tilted_forward(const TensorRef& pts, const TensorRef& rotations,
+                            const TensorRef* planes, int num_levels, const double* gates,
+                            const TensorRef& features, Stream stream) {
+  detail::kplanes::forward("kplanes_tilted", tilted_call(pts, rotations, planes, num_levels, gates),
+                           features, TensorRef{}, stream);
+}
+
+std::size_t kplanes_tilted_workspace_size(const TensorRef& pts, const TensorRef& rotations,
+                                          const TensorRef* planes, int num_levels,
+                                          bool wants_grad_planes, bool deterministic) {
+  return detail::kplanes::backward_workspace_size(
+      "kplanes_tilted_backward", tilted_call(pts, rotations, planes, num_levels, nullptr),
+      workspace_request(wants_grad_planes), deterministic);
+}
+
+void kplanes_tilted_backward(const TensorRef& pts, const TensorRef& rotations,
+                             const TensorRef* planes, int num_levels, const double* gates,
+                             const TensorRef& grad_features, const TensorRef* grad_pts,
+                             const TensorRef* grad_rotations, const TensorRef* grad_planes,
+                             bool deterministic, void* workspace, std::size_t workspace_bytes,
+                             Stream stream) {
+  detail::kplanes::backward("kplanes_tilted_backward",
+                            tilted_call(pts, rotations, planes, num_levels, gates), grad_features,
+                            TensorRef{}, {grad_pts, nullptr, grad_rotations, grad_planes},
+                            deterministic, workspace, workspace_bytes, stream);
+}
+
+void kplanes_forward(const TensorRef& pts, const TensorRef* planes, int num_levels,
+                     const double* gates, const TensorRef& features, Stream stream) {
+  detail::kplanes::forward("kplanes", axis_aligned_call(pts, planes, num_levels, gates), features,
+                           TensorRef{}, stream);
+}
+
+std::size_t kplanes_workspace_size(const TensorRef& pts, const TensorRef* planes, int num_levels,
+                                   bool wants_grad_planes, bool deterministic) {
+  return detail::kplanes::backward_workspace_size(
+      "kplanes_backward", axis_aligned_call(pts, planes, num_levels, nullptr),
+      workspace_request(wants_grad_planes), deterministic);
+}
+
+void kplanes_backward(const TensorRef& pts, const TensorRef* planes, int num_levels,
+                      const double* gates, const TensorRef& grad_features,
+                      const TensorRef* grad_pts, const TensorRef* grad_planes, bool deterministic,
+                      void* workspace, std::size_t workspace_bytes, Stream stream) {
+  detail::kplanes::backward("kplanes_backward", axis_aligned_call(pts, planes, num_levels, gates),
+                            grad_features, TensorRef{}, {grad_pts, nullptr, nullptr, grad_planes},
+                            deterministic, workspace, workspace_bytes, stream);
+}
+
+void kplanes_tilted_taps_forward(const TensorRef& pts, const TensorRef& rotations,
+                                 const TensorRef* planes, int num_levels, double h,
+                                 const double* gates, const TensorRef& tap_features,
+                                 Stream stream) {
+  detail::kplanes::forward("kplanes_tilted_taps",
+                           taps_call(pts, rotations, planes, num_levels, h, gates), TensorRef{},
+                           tap_features, stream);
+}
+
+std::size_t kplanes_tilted_taps_workspace_size(const TensorRef& pts, const TensorRef& rotations,
+                                               const TensorRef* planes, int num_levels,
+                                               bool wants_grad_planes, bool deterministic) {
+  return detail::kplanes::backward_workspace_size(
+      "kplanes_tilted_taps_backward", taps_call(pts, rotations, planes, num_levels, 0.0, nullptr),
+      workspace_request(wants_grad_planes), deterministic);
+}
+
+void kplanes_tilted_taps_backward(const TensorRef& pts, const TensorRef& rotations,
+                                  const TensorRef* planes, int num_levels, double h,
+                                  const double* gates, const TensorRef& grad_tap_features,
+                                  const TensorRef* grad_pts, const TensorRef* grad_rotations,
+                                  const TensorRef* grad_planes, bool deterministic, void* workspace,
+                                  std::size_t workspace_bytes, Stream stream) {
+  detail::kplanes::backward("kplanes_tilted_taps_backward",
+                            taps_call(pts, rotations, planes, num_levels, h, gates), TensorRef{},
+                            grad_tap_features, {nullptr, grad_pts, grad_rotations, grad_planes},
+                            deterministic, workspace, workspace_bytes, stream);
+}
+
+void kplanes_tilted_with_taps_forward(const TensorRef& pts, const TensorRef& tap_pts,
+                                      const TensorRef& rotations, const TensorRef* planes,
+                                      int num_levels, double h, const double* gates,
+                                      const TensorRef& features, const TensorRef& tap_features,
+                                      Stream stream) {
+  detail::kplanes::forward("kplanes_tilted_with_taps",
+                           with_taps_call(pts, tap_pts, rotations, planes, num_levels, h, gates),
+                           features, tap_features, stream);
+}
+
+std::size_t kplanes_tilted_with_taps_workspace_size(const TensorRef& pts, const TensorRef& tap_pts,
+                                                    const TensorRef& rotations,
+                                                    const TensorRef* planes, int num_levels,
+                                                    bool wants_grad_planes, bool deterministic) {
+  return detail::kplanes::backward_workspace_size(
+      "kplanes_tilted_with_taps_backward",
+      with_taps_call(pts, tap_pts, rotations, planes, num_levels, 0.0, nullptr),
+      workspace_request(wants_grad_planes), deterministic);
+}
+
+void kplanes_tilted_with_taps_backward(
+    const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
+    const TensorRef* planes, int num_levels, double h, const double* gates,
+    const TensorRef& grad_features, const TensorRef& grad_tap_features, const TensorRef* grad_pts,
+    const TensorRef* grad_tap_pts, const TensorRef* grad_rotations, const TensorRef* grad_planes,
+    bool deterministic, void* workspace, std::size_t workspace_bytes, Stream stream) {
+  detail::kplanes::backward("kplanes_tilted_with_taps_backward",
+                            with_taps_call(pts, tap_pts, rotations, planes, num_levels, h, gates),
+                            grad_features, grad_tap_features,
+                            {grad_pts, grad_tap_pts, grad_rotations, grad_planes}, deterministic,
+                            workspace, workspace_bytes, stream);
 }
 
 }  // namespace fieldfuse

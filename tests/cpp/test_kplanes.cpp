@@ -18,6 +18,7 @@
 
 #include "fieldfuse/core.h"
 #include "fieldfuse/kplanes.h"
+#include "kplanes/kplanes_call.h"
 #include "naive_kplanes.h"
 #include "tv_test_util.h"
 
@@ -31,14 +32,44 @@ namespace {
 namespace nk = naive_kplanes;
 using fieldfuse::DeviceType;
 using fieldfuse::ErrorKind;
-using fieldfuse::KPlanesGradients;
-using fieldfuse::KPlanesInputs;
-using fieldfuse::KPlanesVariant;
+// Most tests drive the one implementation behind the public entries (kplanes_call.h), which also
+// covers combinations no public entry exposes (axis-aligned tap points); KPlanesPublicEntries
+// tests the entries themselves.
+using KPlanesGradients = fieldfuse::detail::kplanes::Gradients;
+using KPlanesInputs = fieldfuse::detail::kplanes::Call;
+using KPlanesVariant = fieldfuse::detail::kplanes::Variant;
 using fieldfuse::PlaneTVNorm;
 
 constexpr uint32_t kSeed = 20240612u;  // fixed, so a failure reproduces
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// The public name of the variant's plain entry, which these tests' messages start with.
+const char* forward_op(const KPlanesInputs& in) {
+  return in.variant == KPlanesVariant::kTilted ? "kplanes_tilted" : "kplanes";
+}
+const char* backward_op(const KPlanesInputs& in) {
+  return in.variant == KPlanesVariant::kTilted ? "kplanes_tilted_backward" : "kplanes_backward";
+}
+
+void kp_forward_call(const KPlanesInputs& in, const TensorRef& features,
+                     const TensorRef& tap_features) {
+  fieldfuse::detail::kplanes::forward(forward_op(in), in, features, tap_features, {});
+}
+void kp_backward_call(const KPlanesInputs& in, const TensorRef& grad_features,
+                      const TensorRef& grad_tap_features, const KPlanesGradients& grads,
+                      bool deterministic, void* workspace, size_t workspace_bytes) {
+  fieldfuse::detail::kplanes::backward(backward_op(in), in, grad_features, grad_tap_features, grads,
+                                       deterministic, workspace, workspace_bytes, {});
+}
+size_t kp_workspace_size(const KPlanesInputs& in, const KPlanesGradients& grads,
+                         bool deterministic) {
+  return fieldfuse::detail::kplanes::backward_workspace_size(backward_op(in), in, grads,
+                                                             deterministic);
+}
+int64_t kp_num_features(const KPlanesInputs& in) {
+  return fieldfuse::detail::kplanes::num_features(forward_op(in), in);
+}
 
 // ---- problems
 // ------------------------------------------------------------------------------------
@@ -147,7 +178,7 @@ const Layouts& layouts(int i) {
 /// The library's view of a problem: host tensors holding a naive Field's values.
 template <class T>
 struct LibProblem {
-  KPlanesVariant variant = KPlanesVariant::Tilted;
+  KPlanesVariant variant = KPlanesVariant::kTilted;
   HostTensor<T> pts, tap_pts, rotations;
   std::vector<HostTensor<T>> planes;
   std::vector<TensorRef> plane_refs;
@@ -163,7 +194,7 @@ struct LibProblem {
     in.pts = pts.ref;
     if (has_taps) in.tap_pts = tap_pts.ref;
     in.h = h;
-    if (variant == KPlanesVariant::Tilted) in.rotations = rotations.ref;
+    if (variant == KPlanesVariant::kTilted) in.rotations = rotations.ref;
     in.planes = plane_refs.data();
     in.num_levels = static_cast<int>(plane_refs.size());
     in.gates = has_gates ? gates.data() : nullptr;
@@ -177,7 +208,7 @@ LibProblem<T> make_lib(const nk::Field& f, const std::vector<double>& pts,
                        const std::vector<double>& taps, double h, bool has_gates,
                        const Layouts& lay = {}, bool taps_given = true) {
   LibProblem<T> pb;
-  pb.variant = f.tilted ? KPlanesVariant::Tilted : KPlanesVariant::AxisAligned;
+  pb.variant = f.tilted ? KPlanesVariant::kTilted : KPlanesVariant::kAxisAligned;
   pb.tilts = f.num_tilts;
   pb.points = static_cast<int64_t>(pts.size()) / 3;
   pb.tap_points = static_cast<int64_t>(taps.size()) / 3;
@@ -204,7 +235,7 @@ template <class T>
 Outputs kp_forward(const LibProblem<T>& pb, T fill = std::numeric_limits<T>::quiet_NaN()) {
   HostTensor<T> features = make_tensor<T>({pb.points, pb.features}, {}, fill);
   HostTensor<T> taps = make_tensor<T>({4, pb.tap_points, pb.features}, {}, fill);
-  fieldfuse::kplanes_forward(pb.inputs(), features.ref, pb.has_taps ? taps.ref : TensorRef{});
+  kp_forward_call(pb.inputs(), features.ref, pb.has_taps ? taps.ref : TensorRef{});
   return {features.logical(), pb.has_taps ? taps.logical() : std::vector<double>{}};
 }
 
@@ -246,18 +277,18 @@ Grads kp_backward(const LibProblem<T>& pb, const std::vector<double>& grad_featu
     gpl.push_back(
         make_tensor<T>({p.sizes[0], p.sizes[1], p.sizes[2], p.sizes[3]}, lay.grad_planes, fill));
   for (const HostTensor<T>& t : gpl) gpl_refs.push_back(t.ref);
-  const bool tilted = pb.variant == KPlanesVariant::Tilted;
+  const bool tilted = pb.variant == KPlanesVariant::kTilted;
   KPlanesGradients g;
   g.pts = w.pts ? &gp.ref : nullptr;
   g.tap_pts = w.tap_pts && pb.has_taps ? &gtp.ref : nullptr;
   g.rotations = w.rotations && tilted ? &gr.ref : nullptr;
   g.planes = w.planes ? gpl_refs.data() : nullptr;
   const KPlanesInputs in = pb.inputs();
-  const size_t bytes = fieldfuse::kplanes_backward_workspace_size(in, g, deterministic);
+  const size_t bytes = kp_workspace_size(in, g, deterministic);
   EXPECT_GE(bytes, 1u);
   std::vector<double> workspace((bytes + sizeof(double) - 1) / sizeof(double));
-  fieldfuse::kplanes_backward(in, gf.ref, pb.has_taps ? gt.ref : TensorRef{}, g, deterministic,
-                              workspace.data(), bytes);
+  kp_backward_call(in, gf.ref, pb.has_taps ? gt.ref : TensorRef{}, g, deterministic,
+                   workspace.data(), bytes);
   Grads out;
   if (g.pts) out.pts = gp.logical();
   if (g.tap_pts) out.tap_pts = gtp.logical();
@@ -509,7 +540,7 @@ TEST_P(KPlanesForward, MatchesNaive) {
     const std::vector<double> taps = spec_points<T>(cfg.tap_points, kSeed + 200);
     const double h = static_cast<double>(static_cast<T>(cfg.h));
     const LibProblem<T> pb = make_lib<T>(f, pts, taps, h, !cfg.gates.empty(), lay);
-    EXPECT_EQ(fieldfuse::kplanes_num_features(pb.inputs()), f.num_features());
+    EXPECT_EQ(kp_num_features(pb.inputs()), f.num_features());
     const Outputs out = kp_forward(pb);
     expect_close_abs(out.features, nk::features(f, pts), feature_tolerance<T>(), "features");
     expect_close_abs(out.taps, nk::tap_features(f, taps, h), feature_tolerance<T>(),
@@ -858,8 +889,8 @@ TEST(KPlanesEmpty, EmptyBatch) {
       // A features tensor with no elements around a sentinel: nothing may land on it.
       HostTensor<double> features = make_tensor<double>({0, f.num_features()}, {}, -7.25);
       HostTensor<double> tap_features = make_tensor<double>({4, 3, f.num_features()});
-      EXPECT_NO_THROW(fieldfuse::kplanes_forward(pb.inputs(), features.ref,
-                                                 with_taps ? tap_features.ref : TensorRef{}));
+      EXPECT_NO_THROW(
+          kp_forward_call(pb.inputs(), features.ref, with_taps ? tap_features.ref : TensorRef{}));
       EXPECT_EQ(features.storage[0], -7.25);
       if (with_taps)
         expect_close_abs(tap_features.logical(), nk::tap_features(f, taps, cfg.h), 1e-13,
@@ -867,8 +898,8 @@ TEST(KPlanesEmpty, EmptyBatch) {
       // A null features pointer is fine when there are no elements.
       TensorRef null_features = features.ref;
       null_features.data = nullptr;
-      EXPECT_NO_THROW(fieldfuse::kplanes_forward(pb.inputs(), null_features,
-                                                 with_taps ? tap_features.ref : TensorRef{}));
+      EXPECT_NO_THROW(
+          kp_forward_call(pb.inputs(), null_features, with_taps ? tap_features.ref : TensorRef{}));
 
       const Grads g = kp_backward(pb, {}, random_values<double>(12 * f.num_features(), kSeed + 82));
       EXPECT_TRUE(g.pts.empty());
@@ -938,7 +969,7 @@ struct ValidArgs {
     grad_pts = make_tensor<float>({kPoints, 3});
     grad_tap_pts = make_tensor<float>({kTaps, 3});
     grad_rotations = make_tensor<float>({tilts, 3, 3});
-    in.variant = tilted ? KPlanesVariant::Tilted : KPlanesVariant::AxisAligned;
+    in.variant = tilted ? KPlanesVariant::kTilted : KPlanesVariant::kAxisAligned;
     in.pts = pts.ref;
     in.tap_pts = tap_pts.ref;
     in.h = 0.1;
@@ -955,20 +986,20 @@ struct ValidArgs {
   ValidArgs(const ValidArgs&) = delete;
   ValidArgs& operator=(const ValidArgs&) = delete;
 
-  void forward() const { fieldfuse::kplanes_forward(in, features.ref, tap_features.ref); }
+  void forward() const { kp_forward_call(in, features.ref, tap_features.ref); }
   void backward() const {
-    fieldfuse::kplanes_backward(in, grad_features.ref, grad_tap_features.ref, grads, false,
-                                workspace_ptr, workspace_bytes);
+    kp_backward_call(in, grad_features.ref, grad_tap_features.ref, grads, false, workspace_ptr,
+                     workspace_bytes);
   }
 };
 
 /// The op name errors start with: the variant's public name.
 std::string forward_prefix(const ValidArgs& a) {
-  return a.in.variant == fieldfuse::KPlanesVariant::Tilted ? "kplanes_tilted(): " : "kplanes(): ";
+  return a.in.variant == KPlanesVariant::kTilted ? "kplanes_tilted(): " : "kplanes(): ";
 }
 std::string backward_prefix(const ValidArgs& a) {
-  return a.in.variant == fieldfuse::KPlanesVariant::Tilted ? "kplanes_tilted_backward(): "
-                                                           : "kplanes_backward(): ";
+  return a.in.variant == KPlanesVariant::kTilted ? "kplanes_tilted_backward(): "
+                                                 : "kplanes_backward(): ";
 }
 
 /// Expects `parts` (plus the op name) in the error of the forward and of the backward.
@@ -997,11 +1028,154 @@ void expect_forward_error(const ValidArgs& a, ErrorKind kind, std::vector<std::s
   expect_error([&] { a.forward(); }, kind, parts);
 }
 
+/// Expects `fn` to throw a fieldfuse::Error whose message starts with exactly `prefix`.
+template <class F>
+void expect_prefix(F&& fn, const std::string& prefix) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error starting with '" << prefix << "', nothing thrown";
+  } catch (const fieldfuse::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+  }
+}
+
+TEST(KPlanesPublicEntries, TiltedEntriesMatchTheSharedImplementation) {
+  ValidArgs a;
+  const TensorRef* planes = a.plane_refs.data();
+  const double* gates = a.gates.data();
+  a.forward();  // the shared implementation, points and tap points together
+  const std::vector<double> features = a.features.logical(), taps = a.tap_features.logical();
+
+  HostTensor<float> out = make_tensor<float>({ValidArgs::kPoints, a.features_count});
+  fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, gates, out.ref);
+  EXPECT_TRUE(same_bits(out.logical(), features));
+  HostTensor<float> tap_out = make_tensor<float>({4, ValidArgs::kTaps, a.features_count});
+  fieldfuse::kplanes_tilted_taps_forward(a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, gates,
+                                         tap_out.ref);
+  EXPECT_TRUE(same_bits(tap_out.logical(), taps));
+  fieldfuse::kplanes_tilted_with_taps_forward(a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2,
+                                              0.1, gates, out.ref, tap_out.ref);
+  EXPECT_TRUE(same_bits(out.logical(), features));
+  EXPECT_TRUE(same_bits(tap_out.logical(), taps));
+  EXPECT_EQ(fieldfuse::kplanes_num_features(planes, 2, a.tilts), a.features_count);
+
+  // Each backward runs in the workspace its own query reports.
+  const auto run = [&](size_t bytes, const auto& call) {
+    std::vector<double> workspace((bytes + sizeof(double) - 1) / sizeof(double));
+    EXPECT_NO_THROW(call(workspace.data(), bytes));
+  };
+  run(fieldfuse::kplanes_tilted_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true, false),
+      [&](void* w, size_t n) {
+        fieldfuse::kplanes_tilted_backward(
+            a.pts.ref, a.rotations.ref, planes, 2, gates, a.grad_features.ref, &a.grad_pts.ref,
+            &a.grad_rotations.ref, a.grad_plane_refs.data(), false, w, n);
+      });
+  run(fieldfuse::kplanes_tilted_taps_workspace_size(a.tap_pts.ref, a.rotations.ref, planes, 2, true,
+                                                    true),
+      [&](void* w, size_t n) {
+        fieldfuse::kplanes_tilted_taps_backward(a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1,
+                                                gates, a.grad_tap_features.ref, &a.grad_tap_pts.ref,
+                                                nullptr, a.grad_plane_refs.data(), true, w, n);
+      });
+  run(fieldfuse::kplanes_tilted_with_taps_workspace_size(a.pts.ref, a.tap_pts.ref, a.rotations.ref,
+                                                         planes, 2, false, false),
+      [&](void* w, size_t n) {
+        fieldfuse::kplanes_tilted_with_taps_backward(
+            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, gates, a.grad_features.ref,
+            a.grad_tap_features.ref, &a.grad_pts.ref, &a.grad_tap_pts.ref, &a.grad_rotations.ref,
+            nullptr, false, w, n);
+      });
+}
+
+TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
+  ValidArgs a;
+  ValidArgs axis(false);
+  a.pts.ref.sizes[1] = 4;  // [5, 4]: the first argument every entry checks
+  axis.pts.ref.sizes[1] = 4;
+  const TensorRef* planes = a.plane_refs.data();
+  const TensorRef* axis_planes = axis.plane_refs.data();
+  void* w = a.workspace_ptr;
+  const size_t n = a.workspace_bytes;
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, nullptr,
+                                          a.features.ref);
+      },
+      "kplanes_tilted(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true,
+                                                 false);
+      },
+      "kplanes_tilted_backward(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_backward(a.pts.ref, a.rotations.ref, planes, 2, nullptr,
+                                           a.grad_features.ref, nullptr, nullptr, nullptr, false, w,
+                                           n);
+      },
+      "kplanes_tilted_backward(): expected pts");
+  expect_prefix(
+      [&] { fieldfuse::kplanes_forward(axis.pts.ref, axis_planes, 2, nullptr, axis.features.ref); },
+      "kplanes(): expected pts");
+  expect_prefix(
+      [&] { fieldfuse::kplanes_workspace_size(axis.pts.ref, axis_planes, 2, true, false); },
+      "kplanes_backward(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_backward(axis.pts.ref, axis_planes, 2, nullptr, axis.grad_features.ref,
+                                    nullptr, nullptr, false, w, n);
+      },
+      "kplanes_backward(): expected pts");
+  // kplanes_tilted_taps calls its tap points pts, with their public layout.
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_forward(a.pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr,
+                                               a.tap_features.ref);
+      },
+      "kplanes_tilted_taps(): expected pts to have shape [B, 3]");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true,
+                                                      false);
+      },
+      "kplanes_tilted_taps_backward(): expected pts to have shape [B, 3]");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_backward(a.pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr,
+                                                a.grad_tap_features.ref, nullptr, nullptr, nullptr,
+                                                false, w, n);
+      },
+      "kplanes_tilted_taps_backward(): expected pts to have shape [B, 3]");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_with_taps_forward(a.pts.ref, a.tap_pts.ref, a.rotations.ref,
+                                                    planes, 2, 0.1, nullptr, a.features.ref,
+                                                    a.tap_features.ref);
+      },
+      "kplanes_tilted_with_taps(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_with_taps_workspace_size(a.pts.ref, a.tap_pts.ref,
+                                                           a.rotations.ref, planes, 2, true, false);
+      },
+      "kplanes_tilted_with_taps_backward(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_with_taps_backward(
+            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr, a.grad_features.ref,
+            a.grad_tap_features.ref, nullptr, nullptr, nullptr, nullptr, false, w, n);
+      },
+      "kplanes_tilted_with_taps_backward(): expected pts");
+  expect_prefix([&] { fieldfuse::kplanes_num_features(planes, 0, 2); },
+                "kplanes_num_features(): expected at least one level");
+}
+
 TEST(KPlanesValidation, ValidArgumentsAreAccepted) {
   for (bool tilted : {true, false}) {
     ValidArgs a(tilted);
-    EXPECT_EQ(fieldfuse::kplanes_num_features(a.in), a.features_count);
-    const size_t bytes = fieldfuse::kplanes_backward_workspace_size(a.in, a.grads, false);
+    EXPECT_EQ(kp_num_features(a.in), a.features_count);
+    const size_t bytes = kp_workspace_size(a.in, a.grads, false);
     EXPECT_GE(bytes, 1u);
     EXPECT_LE(bytes, a.workspace_bytes);
     EXPECT_NO_THROW(a.forward());
@@ -1012,8 +1186,8 @@ TEST(KPlanesValidation, ValidArgumentsAreAccepted) {
     for (TensorRef& r : meta_planes) r.data = nullptr;
     meta.pts.data = meta.tap_pts.data = meta.rotations.data = nullptr;
     meta.planes = meta_planes.data();
-    EXPECT_EQ(fieldfuse::kplanes_num_features(meta), a.features_count);
-    EXPECT_EQ(fieldfuse::kplanes_backward_workspace_size(meta, a.grads, false), bytes);
+    EXPECT_EQ(kp_num_features(meta), a.features_count);
+    EXPECT_EQ(kp_workspace_size(meta, a.grads, false), bytes);
     EXPECT_GE(fieldfuse::plane_tv_workspace_size(meta_planes.data(), 2), 1u);
   }
 }
@@ -1079,14 +1253,14 @@ TEST(KPlanesValidation, NonFiniteH) {
   ValidArgs a;
   a.in.h = kNaN;
   a.in.tap_pts = TensorRef{};
-  EXPECT_NO_THROW(fieldfuse::kplanes_forward(a.in, a.features.ref, TensorRef{}));
+  EXPECT_NO_THROW(kp_forward_call(a.in, a.features.ref, TensorRef{}));
   a.grads.tap_pts = nullptr;
-  EXPECT_NO_THROW(fieldfuse::kplanes_backward(a.in, a.grad_features.ref, TensorRef{}, a.grads,
-                                              false, a.workspace_ptr, a.workspace_bytes));
+  EXPECT_NO_THROW(kp_backward_call(a.in, a.grad_features.ref, TensorRef{}, a.grads, false,
+                                   a.workspace_ptr, a.workspace_bytes));
   // Nor with zero tap points.
   a.in.tap_pts = a.tap_pts.ref;
   a.in.tap_pts.sizes[0] = 0;
-  EXPECT_NO_THROW(fieldfuse::kplanes_forward(a.in, a.features.ref, TensorRef{}));
+  EXPECT_NO_THROW(kp_forward_call(a.in, a.features.ref, TensorRef{}));
 }
 
 TEST(KPlanesValidation, RotationsMissingOrWrongShape) {
@@ -1139,8 +1313,8 @@ TEST(KPlanesValidation, AxisAlignedTakesNoRotations) {
   ValidArgs b(false);
   b.grads.rotations = &b.grad_rotations.ref;
   expect_backward_error(b, ErrorKind::Value, {"rotations", "axis-aligned"});
-  expect_error([&] { fieldfuse::kplanes_backward_workspace_size(b.in, b.grads, false); },
-               ErrorKind::Value, {"rotations", "axis-aligned"});
+  expect_error([&] { kp_workspace_size(b.in, b.grads, false); }, ErrorKind::Value,
+               {"rotations", "axis-aligned"});
 }
 
 TEST(KPlanesValidation, EmptyLevelList) {
@@ -1148,8 +1322,7 @@ TEST(KPlanesValidation, EmptyLevelList) {
     ValidArgs a;
     a.in.num_levels = 0;
     expect_error_both(a, ErrorKind::Value, {"at least one level", "got 0"});
-    expect_error([&] { fieldfuse::kplanes_num_features(a.in); }, ErrorKind::Value,
-                 {"at least one level"});
+    expect_error([&] { kp_num_features(a.in); }, ErrorKind::Value, {"at least one level"});
   }
   {
     ValidArgs a;
@@ -1181,7 +1354,7 @@ TEST(KPlanesValidation, PlaneSidesOf2To31AreNotImplemented) {
   ValidArgs a;  // one cell less is fine as far as the size checks go
   a.plane_refs[1].sizes[3] = (int64_t{1} << 31) - 1;
   a.plane_refs[1].data = nullptr;
-  EXPECT_NO_THROW(fieldfuse::kplanes_num_features(a.in));
+  EXPECT_NO_THROW(kp_num_features(a.in));
 }
 
 TEST(KPlanesValidation, PlanesDtype) {
@@ -1295,8 +1468,8 @@ TEST(KPlanesValidation, FeaturesMustNotAliasInputs) {
 TEST(KPlanesValidation, TapFeatures) {
   {
     ValidArgs a;  // tap points without somewhere to put their features
-    expect_error([&] { fieldfuse::kplanes_forward(a.in, a.features.ref, TensorRef{}); },
-                 ErrorKind::Value, {forward_prefix(a), "tap_features"});
+    expect_error([&] { kp_forward_call(a.in, a.features.ref, TensorRef{}); }, ErrorKind::Value,
+                 {forward_prefix(a), "tap_features"});
   }
   {
     ValidArgs a;
@@ -1316,8 +1489,8 @@ TEST(KPlanesValidation, GradientRequestsWithoutTheirInput) {
   a.in.tap_pts = TensorRef{};
   expect_error(
       [&] {
-        fieldfuse::kplanes_backward(a.in, a.grad_features.ref, TensorRef{}, a.grads, false,
-                                    a.workspace_ptr, a.workspace_bytes);
+        kp_backward_call(a.in, a.grad_features.ref, TensorRef{}, a.grads, false, a.workspace_ptr,
+                         a.workspace_bytes);
       },
       ErrorKind::Value, {backward_prefix(a), "grad_tap_pts"});
 }
@@ -1456,7 +1629,7 @@ TEST(KPlanesValidation, PlaneGradients) {
 TEST(KPlanesValidation, Workspace) {
   {
     ValidArgs a;
-    a.workspace_bytes = fieldfuse::kplanes_backward_workspace_size(a.in, a.grads, false) - 1;
+    a.workspace_bytes = kp_workspace_size(a.in, a.grads, false) - 1;
     expect_backward_error(a, ErrorKind::Value, {"workspace"});
   }
   {

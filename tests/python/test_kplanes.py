@@ -1049,49 +1049,44 @@ def _grad_leaves(*tensors):
     ]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_kplanes_forward(device, rng):
-    op = torch.ops.fieldfuse.kplanes_forward
-    pts, tap_pts, rotations, planes = _opcheck_inputs(rng, device)
-    gates = [0.5, 2.0]
+def _opcheck_cases(pts, tap_pts, rotations, planes):
+    """(name, geometry, h option, gates) per public function: its ops' leading arguments."""
     axis = [p[:3].clone() for p in planes]
-    cases = [
-        (pts, None, rotations, planes, None, 0.0, False, False),
-        (pts, tap_pts, rotations, planes, gates, 0.25, False, True),
-        (pts, None, None, axis, gates, 0.0, False, False),
+    gates = [0.5, 2.0]
+    return [
+        ("kplanes_tilted", [pts, rotations], planes, [], None),
+        ("kplanes_tilted", [pts, rotations], planes, [], gates),
+        ("kplanes", [pts], axis, [], gates),
+        ("kplanes_tilted_taps", [tap_pts, rotations], planes, [0.25], gates),
+        ("kplanes_tilted_with_taps", [pts, tap_pts, rotations], planes, [0.25], gates),
     ]
-    for args in cases:
-        torch.library.opcheck(op, args)
-        grad_args = list(args)
-        tensors = [a for a in args[:4] if a is not None]
-        leaves = iter(_grad_leaves(*tensors))
-        for i in range(4):
-            if args[i] is not None:
-                grad_args[i] = next(leaves)
-        torch.library.opcheck(op, tuple(grad_args))
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_kplanes_backward(device, rng):
-    op = torch.ops.fieldfuse.kplanes_backward
-    pts, tap_pts, rotations, planes = _opcheck_inputs(rng, device)
-    f = 2 * 5
-    grad_features = _randn((7, f), rng, device)
-    grad_taps = _randn((4, 3, f), rng, device)
-    no_taps = torch.zeros(4, 0, f, dtype=F64, device=device)
-    gates = [0.5, 2.0]
-    cases = [
-        (grad_features, no_taps, pts, None, rotations, planes, None, 0.0,
-         [True, False, True, True], False),
-        (grad_features, grad_taps, pts, tap_pts, rotations, planes, gates, 0.25,
-         [True, True, True, True], True),
-        (grad_features, grad_taps, pts, tap_pts, rotations, planes, gates, 0.25,
-         [False, True, False, True], False),
-        (grad_features[:, :5], no_taps[..., :5], pts, None, None, [p[:3] for p in planes], None,
-         0.0, [True, False, False, True], False),
-    ]
-    for args in cases:
-        torch.library.opcheck(op, args)
+def test_opcheck_forward_ops(device, rng):
+    for name, geometry, planes, h, gates in _opcheck_cases(*_opcheck_inputs(rng, device)):
+        op = getattr(torch.ops.fieldfuse, f"{name}_forward")
+        for deterministic in (False, True):
+            args = (*geometry, planes, *h, gates, F64, deterministic)
+            torch.library.opcheck(op, args)
+        leaves = _grad_leaves(*geometry, planes)
+        torch.library.opcheck(op, (*leaves, *h, gates, F64, False))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_backward_ops(device, rng):
+    for name, geometry, planes, h, gates in _opcheck_cases(*_opcheck_inputs(rng, device)):
+        forward = getattr(torch.ops.fieldfuse, f"{name}_forward")
+        backward = getattr(torch.ops.fieldfuse, f"{name}_backward")
+        outputs = forward(*geometry, planes, *h, gates, F64, False)
+        outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
+        grad_outputs = [_randn(tuple(o.shape), rng, device) for o in outputs]
+        everything = [True] * (len(geometry) + 1)
+        only_planes = [False] * len(geometry) + [True]
+        no_planes = [True] * len(geometry) + [False]
+        for wants, deterministic in ((everything, False), (only_planes, True), (no_planes, False)):
+            args = (*grad_outputs, *geometry, planes, *h, gates, wants, deterministic)
+            torch.library.opcheck(backward, args)
 
 
 @pytest.mark.parametrize("norm", ["mean", "percell"])
@@ -1144,3 +1139,30 @@ def test_cuda_graph_capture_matches_eager(deterministic, rng, tolerances):
         assert torch.equal(captured[0], eager[0])
         for a, b in zip(captured[1:], eager[1:], strict=True):
             assert_close(a, b, rtol=1e-4, atol=1e-5 * b.abs().max().item())
+
+
+@pytest.mark.parametrize("name", ["kplanes_tilted", "kplanes", "kplanes_tilted_taps",
+                                  "kplanes_tilted_with_taps"])
+def test_eager_calls_take_the_fast_path_with_the_library_path_s_results(name, rng):
+    from fieldfuse.kplanes_ops import _ops
+
+    pts, tap_pts, rotations, planes = _opcheck_inputs(rng, "cpu")
+    case = next(c for c in _opcheck_cases(pts, tap_pts, rotations, planes) if c[0] == name)
+    _, geometry, levels, h, gates = case
+    op = _ops[f"{name}_forward"]
+    results = []
+    for call in (op, op.custom_op):  # the eager fast path, then torch.library's dispatch
+        leaves = _grad_leaves(*geometry, levels)
+        outputs = call(*leaves, *h, gates, F64, False)
+        outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
+        fast = type(outputs[0].grad_fn).__name__ == "_EagerAutogradBackward"
+        assert fast == (call is op)
+        flat = [*leaves[:-1], *leaves[-1]]
+        loss = sum((o * torch.linspace(-1, 1, o.numel(), dtype=F64).view_as(o)).sum()
+                   for o in outputs)
+        grads = torch.autograd.grad(loss, flat, create_graph=True)
+        # Double backward through the backward op on both paths.
+        second = torch.autograd.grad(sum(g.square().sum() for g in grads), flat)
+        results.append([*outputs, *grads, *second])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Argument validation of the fieldfuse K-Planes ops: exception types, messages naming the argument.
 
-Every pattern names the op family first (messages start with the op, e.g. "kplanes(): " or
-"plane_tv(): "), then the argument the caller passed wrongly, as the public signature spells it.
+Every message starts with the exact public name of the function called (`kplanes_tilted_taps(): `,
+never a sibling's such as `kplanes(): `), then names the argument the caller passed wrongly, as the
+public signature spells it.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ def _call(name, *args, **kwargs):
 
 
 def _case(case_id, exc, pattern, call, marks=()):
-    # (?s): a message may wrap. `kplanes\w*\(\)`: the op (the C++ checks say "kplanes()").
-    return pytest.param(exc, f"(?s){pattern}", call, id=case_id, marks=marks)
+    """`pattern` starts with the op's exact public name; the message must start with `name(): `
+    (a sibling's name such as `kplanes` must not pass for `kplanes_tilted`)."""
+    name, rest = pattern.split(".*", 1)
+    # (?s): a message may wrap; every pattern names the op first, then the argument.
+    return pytest.param(exc, rf"(?s)^{name}\(\): .*{rest}", call, id=case_id, marks=marks)
 
-
-OP = r"kplanes\w*\(\)"
 TILTED = ("kplanes_tilted", "kplanes_tilted_taps", "kplanes_tilted_with_taps")
 
 
@@ -60,110 +62,124 @@ def _cases():
         # pts
         for label, pts in {"B2": torch.rand(5, 2), "1d": torch.rand(15),
                            "3d": torch.rand(5, 3, 1)}.items():
-            yield _case(f"{name}-pts-{label}", ValueError, rf"{OP}.*\bpts\b.*\[B, 3\]",
+            yield _case(f"{name}-pts-{label}", ValueError, rf"{name}.*\bpts\b.*\[B, 3\]",
                         _tilted(name, pts, _rotations(), [_level()]))
-        yield _case(f"{name}-pts-int", TypeError, rf"{OP}.*\bpts\b.*int",
+        # Issue 10: a complex pts once raised "kplanes(): ..." from kplanes_tilted.
+        yield _case(f"{name}-pts-complex", TypeError, rf"{name}.*\bpts\b",
+                    _tilted(name, torch.rand(5, 3, dtype=torch.complex64), _rotations(),
+                            [_level()]))
+        # Issue 11: a 0-d pts once raised an IndexError from the output allocation.
+        yield _case(f"{name}-pts-0d", ValueError, rf"{name}.*\bpts\b.*\[B, 3\].*\[\]",
+                    _tilted(name, torch.tensor(0.5), _rotations(), [_level()]))
+        yield _case(f"{name}-pts-int", TypeError, rf"{name}.*\bpts\b.*int",
                     _tilted(name, _pts().int(), _rotations(), [_level()]))
-        yield _case(f"{name}-pts-float16", TypeError, rf"{OP}.*\bpts\b.*float16",
+        yield _case(f"{name}-pts-float16", TypeError, rf"{name}.*\bpts\b.*float16",
                     _tilted(name, _pts().half(), _rotations(), [_level()]))
-        yield _case(f"{name}-pts-list", TypeError, rf"{OP}.*\bpts\b.*list",
+        yield _case(f"{name}-pts-list", TypeError, rf"{name}.*\bpts\b.*list",
                     _tilted(name, [[0.0, 0.0, 0.0]], _rotations(), [_level()]))
         # rotations
         for label, rot in {"Tx2x3": torch.rand(T, 2, 3), "3x3": torch.rand(3, 3),
                            "Tx3x4": torch.rand(T, 3, 4)}.items():
             yield _case(f"{name}-rotations-{label}", ValueError,
-                        rf"{OP}.*\brotations\b.*\[T, 3, 3\]",
+                        rf"{name}.*\brotations\b.*\[T, 3, 3\]",
                         _tilted(name, _pts(), rot, [_level()]))
-        yield _case(f"{name}-rotations-T0", ValueError, rf"{OP}.*\brotations\b",
+        yield _case(f"{name}-rotations-T0", ValueError, rf"{name}.*\brotations\b",
                     _tilted(name, _pts(), torch.rand(0, 3, 3), [_level(planes=0)]))
-        yield _case(f"{name}-rotations-float64", TypeError, rf"{OP}.*\brotations\b.*float64",
+        yield _case(f"{name}-rotations-float64", TypeError, rf"{name}.*\brotations\b.*float64",
                     _tilted(name, _pts(), _rotations(dtype=torch.float64), [_level()]))
         # planes
-        yield _case(f"{name}-planes-T-mismatch", ValueError, rf"{OP}.*\bplanes\[0\].*3T",
+        yield _case(f"{name}-planes-T-mismatch", ValueError, rf"{name}.*\bplanes\[0\].*3T",
                     _tilted(name, _pts(), _rotations(), [_level(planes=3 * T + 3)]))
-        yield _case(f"{name}-planes-level1-T-mismatch", ValueError, rf"{OP}.*\bplanes\[1\]",
+        yield _case(f"{name}-planes-level1-T-mismatch", ValueError, rf"{name}.*\bplanes\[1\]",
                     _tilted(name, _pts(), _rotations(), [_level(), _level(planes=3)]))
-        yield _case(f"{name}-planes-3d", ValueError, rf"{OP}.*\bplanes\[0\]",
+        yield _case(f"{name}-planes-3d", ValueError, rf"{name}.*\bplanes\[0\]",
                     _tilted(name, _pts(), _rotations(), [torch.rand(3 * T, 5, 6)]))
-        yield _case(f"{name}-planes-5d", ValueError, rf"{OP}.*\bplanes\[0\]",
+        yield _case(f"{name}-planes-5d", ValueError, rf"{name}.*\bplanes\[0\]",
                     _tilted(name, _pts(), _rotations(), [torch.rand(3 * T, 1, 4, 5, 6)]))
         for axis, shape in {"C": (3 * T, 0, 5, 6), "H": (3 * T, 4, 0, 6),
                             "W": (3 * T, 4, 5, 0)}.items():
-            yield _case(f"{name}-planes-{axis}0", ValueError, rf"{OP}.*\bplanes\[0\]",
+            yield _case(f"{name}-planes-{axis}0", ValueError, rf"{name}.*\bplanes\[0\]",
                         _tilted(name, _pts(), _rotations(), [torch.rand(shape)]))
-        yield _case(f"{name}-planes-empty-list", ValueError, rf"{OP}.*\bplanes\b",
+        yield _case(f"{name}-planes-empty-list", ValueError, rf"{name}.*\bplanes\b",
                     _tilted(name, _pts(), _rotations(), []))
-        yield _case(f"{name}-planes-dict", TypeError, rf"{OP}.*\bplanes\b",
+        yield _case(f"{name}-planes-dict", TypeError, rf"{name}.*\bplanes\b",
                     _tilted(name, _pts(), _rotations(), {"level": _level()}))
-        yield _case(f"{name}-planes-entry-not-tensor", TypeError, rf"{OP}.*\bplanes\[1\]",
+        yield _case(f"{name}-planes-entry-not-tensor", TypeError, rf"{name}.*\bplanes\[1\]",
                     _tilted(name, _pts(), _rotations(), [_level(), [[1.0]]]))
         yield _case(f"{name}-planes-float64-with-float32-pts", TypeError,
-                    rf"{OP}.*\bplanes\b.*float64",
+                    rf"{name}.*\bplanes\b.*float64",
                     _tilted(name, _pts(), _rotations(), [_level(dtype=torch.float64)]))
-        yield _case(f"{name}-planes-levels-differ", TypeError, rf"{OP}.*\bplanes\[1\].*float64",
+        yield _case(f"{name}-planes-levels-differ", TypeError, rf"{name}.*\bplanes\[1\].*float64",
                     _tilted(name, _pts(dtype=torch.float64), _rotations(dtype=torch.float64),
                             [_level(dtype=torch.float64), _level(), ]))
-        yield _case(f"{name}-planes-int", TypeError, rf"{OP}.*\bplanes\[0\].*int32",
+        yield _case(f"{name}-planes-int", TypeError, rf"{name}.*\bplanes\[0\].*int32",
                     _tilted(name, _pts(), _rotations(), [_level().int()]))
         for dtype in (torch.float16, torch.bfloat16):
             yield _case(f"{name}-planes-{dtype}-cpu", NotImplementedError,
-                        rf"{OP}.*\bplanes\[0\].*cpu",
+                        rf"{name}.*\bplanes\[0\].*cpu",
                         _tilted(name, _pts(), _rotations(), [_level(dtype=dtype)]))
         # gates
         for label, gates in {"short": [], "long": [1.0, 0.5]}.items():
-            yield _case(f"{name}-gates-{label}", ValueError, rf"{OP}.*\bgates\b",
+            yield _case(f"{name}-gates-{label}", ValueError, rf"{name}.*\bgates\b",
                         _tilted(name, _pts(), _rotations(), [_level()], gates))
         for label, gate in {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}.items():
-            yield _case(f"{name}-gates-{label}", ValueError, rf"{OP}.*\bgates\[1\]",
+            yield _case(f"{name}-gates-{label}", ValueError, rf"{name}.*\bgates\[1\]",
                         _tilted(name, _pts(), _rotations(), [_level(), _level()], [1.0, gate]))
-        yield _case(f"{name}-gates-string", TypeError, rf"{OP}.*\bgates\b",
+        yield _case(f"{name}-gates-string", TypeError, rf"{name}.*\bgates\b",
                     _tilted(name, _pts(), _rotations(), [_level()], "1"))
-        yield _case(f"{name}-gates-tensor-shape", ValueError, rf"{OP}.*\bgates\b",
+        yield _case(f"{name}-gates-tensor-shape", ValueError, rf"{name}.*\bgates\b",
                     _tilted(name, _pts(), _rotations(), [_level()], torch.ones(2)))
         # features_dtype
         for label, dtype in {"float16": torch.float16, "float64": torch.float64,
                              "int32": torch.int32, "string": "float32"}.items():
-            yield _case(f"{name}-features_dtype-{label}", TypeError, rf"{OP}.*\bfeatures_dtype\b",
+            yield _case(f"{name}-features_dtype-{label}", TypeError, rf"{name}.*\bfeatures_dtype\b",
                         _tilted(name, _pts(), _rotations(), [_level()], features_dtype=dtype))
 
     # h (taps only), non-finite.
     for h in (math.nan, math.inf, -math.inf):
-        yield _case(f"kplanes_tilted_taps-h-{h}", ValueError, rf"{OP}.*\bh\b",
+        yield _case(f"kplanes_tilted_taps-h-{h}", ValueError, r"kplanes_tilted_taps.*\bh\b",
                     _call("kplanes_tilted_taps", _pts(), _rotations(), [_level()], h))
-        yield _case(f"kplanes_tilted_with_taps-h-{h}", ValueError, rf"{OP}.*\bh\b",
+        yield _case(f"kplanes_tilted_with_taps-h-{h}", ValueError,
+                    r"kplanes_tilted_with_taps.*\bh\b",
                     _call("kplanes_tilted_with_taps", _pts(), _pts(3), _rotations(), [_level()], h))
 
     # tap_pts of the fused call.
     yield _case("kplanes_tilted_with_taps-tap_pts-shape", ValueError,
-                rf"{OP}.*\btap_pts\b.*\[N, 3\]",
+                rf"kplanes_tilted_with_taps.*\btap_pts\b.*\[N, 3\]",
                 _call("kplanes_tilted_with_taps", _pts(), torch.rand(3, 2), _rotations(),
                       [_level()], 0.1))
     yield _case("kplanes_tilted_with_taps-tap_pts-dtype", TypeError,
-                rf"{OP}.*\btap_pts\b.*float64",
+                rf"kplanes_tilted_with_taps.*\btap_pts\b.*float64",
                 _call("kplanes_tilted_with_taps", _pts(), _pts(3, dtype=torch.float64),
                       _rotations(), [_level()], 0.1))
-    yield _case("kplanes_tilted_with_taps-tap_pts-list", TypeError, rf"{OP}.*\btap_pts\b",
+    yield _case("kplanes_tilted_with_taps-tap_pts-list", TypeError, rf"kplanes_tilted_with_taps.*\btap_pts\b",
                 _call("kplanes_tilted_with_taps", _pts(), [[0.0, 0.0, 0.0]], _rotations(),
                       [_level()], 0.1))
 
     # Axis-aligned.
-    yield _case("kplanes-pts-B2", ValueError, rf"{OP}.*\bpts\b.*\[B, 3\]",
+    yield _case("kplanes-pts-B2", ValueError, rf"kplanes.*\bpts\b.*\[B, 3\]",
                 _call("kplanes", torch.rand(5, 2), [_level(planes=3)]))
-    yield _case("kplanes-pts-int", TypeError, rf"{OP}.*\bpts\b",
+    yield _case("kplanes-pts-0d", ValueError, r"kplanes.*\bpts\b.*\[B, 3\]",
+                _call("kplanes", torch.tensor(0.5), [_level(planes=3)]))
+    yield _case("kplanes_tilted_with_taps-tap_pts-0d", ValueError,
+                r"kplanes_tilted_with_taps.*\btap_pts\b.*\[N, 3\]",
+                _call("kplanes_tilted_with_taps", _pts(), torch.tensor(0.5), _rotations(),
+                      [_level()], 0.1))
+    yield _case("kplanes-pts-int", TypeError, rf"kplanes.*\bpts\b",
                 _call("kplanes", _pts().long(), [_level(planes=3)]))
-    yield _case("kplanes-planes-3T", ValueError, rf"{OP}.*\bplanes\[0\].*\[3, C, H, W\]",
+    yield _case("kplanes-planes-3T", ValueError, rf"kplanes.*\bplanes\[0\].*\[3, C, H, W\]",
                 _call("kplanes", _pts(), [_level(planes=6)]))
-    yield _case("kplanes-planes-empty", ValueError, rf"{OP}.*\bplanes\b",
+    yield _case("kplanes-planes-empty", ValueError, rf"kplanes.*\bplanes\b",
                 _call("kplanes", _pts(), []))
-    yield _case("kplanes-planes-H0", ValueError, rf"{OP}.*\bplanes\[0\]",
+    yield _case("kplanes-planes-H0", ValueError, rf"kplanes.*\bplanes\[0\]",
                 _call("kplanes", _pts(), [_level(planes=3, height=0)]))
-    yield _case("kplanes-gates-long", ValueError, rf"{OP}.*\bgates\b",
+    yield _case("kplanes-gates-long", ValueError, rf"kplanes.*\bgates\b",
                 _call("kplanes", _pts(), [_level(planes=3)], [1.0, 1.0]))
-    yield _case("kplanes-features_dtype", TypeError, rf"{OP}.*\bfeatures_dtype\b",
+    yield _case("kplanes-features_dtype", TypeError, rf"kplanes.*\bfeatures_dtype\b",
                 _call("kplanes", _pts(), [_level(planes=3)], features_dtype=torch.bfloat16))
 
     # plane_tv.
-    tv = r"plane_tv\(\)"
+    tv = "plane_tv"
     for norm in ("sum", "", "Mean", None):
         yield _case(f"plane_tv-norm-{norm}", ValueError, rf"{tv}.*\bnorm\b",
                     _call("plane_tv", [_level()], T, norm))
@@ -199,29 +215,49 @@ def test_invalid_arguments_raise(exc, pattern, call):
 # --- raw ops ------------------------------------------------------------------------------------
 
 
-def _raw_backward(grad_features, grad_tap_features, tap_pts=None):
-    return lambda: torch.ops.fieldfuse.kplanes_backward(
-        grad_features, grad_tap_features, _pts(), tap_pts, _rotations(), [_level()], None, 0.1,
-        [True, tap_pts is not None, True, True], False,
+def _raw_tilted_backward(grad_features):
+    return lambda: torch.ops.fieldfuse.kplanes_tilted_backward(
+        grad_features, _pts(), _rotations(), [_level()], None, [True, True, True], False,
+    )
+
+
+def _raw_with_taps_backward(grad_features, grad_tap_features):
+    return lambda: torch.ops.fieldfuse.kplanes_tilted_with_taps_backward(
+        grad_features, grad_tap_features, _pts(), _pts(3), _rotations(), [_level()], 0.1, None,
+        [True, True, True, True], False,
+    )
+
+
+def _raw_taps_backward(grad_tap_features):
+    return lambda: torch.ops.fieldfuse.kplanes_tilted_taps_backward(
+        grad_tap_features, _pts(3), _rotations(), [_level()], 0.1, None, [True, True, True], False,
     )
 
 
 @pytest.mark.parametrize(
     "exc,pattern,call",
     [
-        _case("grad_features-shape", ValueError, rf"{OP}.*\bgrad_features\b",
-              _raw_backward(torch.ones(5, F + 1), torch.zeros(4, 0, F + 1))),
-        _case("grad_features-dtype", TypeError, rf"{OP}.*\bgrad_features\b",
-              _raw_backward(torch.ones(5, F, dtype=torch.float64),
-                            torch.zeros(4, 0, F, dtype=torch.float64))),
-        _case("grad_tap_features-shape", ValueError, rf"{OP}.*\bgrad_tap_features\b",
-              _raw_backward(torch.ones(5, F), torch.ones(4, 2, F), tap_pts=_pts(3))),
-        _case("grad_tap_features-dtype", TypeError, rf"{OP}.*\bgrad_tap_features\b",
-              _raw_backward(torch.ones(5, F), torch.ones(4, 3, F, dtype=torch.float64),
-                            tap_pts=_pts(3))),
-        _case("plane_tv_backward-grad_out", ValueError, r"plane_tv\w*\(\).*\bgrad_out\b",
+        _case("grad_features-shape", ValueError, r"kplanes_tilted_backward.*\bgrad_features\b",
+              _raw_tilted_backward(torch.ones(5, F + 1))),
+        _case("grad_features-dtype", TypeError, r"kplanes_tilted_backward.*\bgrad_features\b",
+              _raw_tilted_backward(torch.ones(5, F, dtype=torch.float64))),
+        _case("kplanes-grad_features-shape", ValueError, r"kplanes_backward.*\bgrad_features\b",
+              lambda: torch.ops.fieldfuse.kplanes_backward(
+                  torch.ones(5, 5), _pts(), [_level(planes=3)], None, [True, True], False)),
+        _case("with_taps-grad_tap_features-shape", ValueError,
+              r"kplanes_tilted_with_taps_backward.*\bgrad_tap_features\b",
+              _raw_with_taps_backward(torch.ones(5, F), torch.ones(4, 2, F))),
+        _case("with_taps-grad_tap_features-dtype", TypeError,
+              r"kplanes_tilted_with_taps_backward.*\bgrad_tap_features\b",
+              _raw_with_taps_backward(torch.ones(5, F), torch.ones(4, 3, F, dtype=torch.float64))),
+        _case("taps-grad_tap_features-shape", ValueError,
+              r"kplanes_tilted_taps_backward.*\bgrad_tap_features\b.*\[4, 3, 8\]",
+              _raw_taps_backward(torch.ones(4, 2, F))),
+        _case("plane_tv_backward-grad_out", ValueError, r"plane_tv_backward.*\bgrad_out\b",
               lambda: torch.ops.fieldfuse.plane_tv_backward([_level()], T, "mean",
                                                             torch.ones(3))),
+        _case("plane_tv_backward-norm", ValueError, r"plane_tv_backward.*\bnorm\b",
+              lambda: torch.ops.fieldfuse.plane_tv_backward([_level()], T, "sum", torch.ones(1))),
     ],
 )
 def test_raw_ops_check_upstream_gradients(exc, pattern, call):
@@ -240,23 +276,27 @@ def _device_cases():
         return lambda **kw: f(device="cuda", **kw)
 
     pts, rot, level = cuda(_pts), cuda(_rotations), cuda(_level)
-    yield "rotations", lambda: fieldfuse.kplanes_tilted(pts(), _rotations(), [level()])
-    yield "pts", lambda: fieldfuse.kplanes_tilted(_pts(), rot(), [level()])
-    yield r"planes\[0\]", lambda: fieldfuse.kplanes_tilted(pts(), rot(), [_level()])
-    yield r"planes\[1\]", lambda: fieldfuse.kplanes_tilted(pts(), rot(), [level(), _level()])
-    yield r"planes\[0\]", lambda: fieldfuse.kplanes(pts(), [_level(planes=3)])
-    yield "tap_pts", lambda: fieldfuse.kplanes_tilted_with_taps(pts(), _pts(3), rot(), [level()],
-                                                                0.1)
-    yield r"planes\[1\]", lambda: fieldfuse.plane_tv([level(), _level()], T)
+    tilted = "kplanes_tilted"
+    yield tilted, "rotations", lambda: fieldfuse.kplanes_tilted(pts(), _rotations(), [level()])
+    yield tilted, "pts", lambda: fieldfuse.kplanes_tilted(_pts(), rot(), [level()])
+    yield tilted, r"planes\[0\]", lambda: fieldfuse.kplanes_tilted(pts(), rot(), [_level()])
+    yield tilted, r"planes\[1\]", lambda: fieldfuse.kplanes_tilted(pts(), rot(),
+                                                                   [level(), _level()])
+    yield "kplanes", r"planes\[0\]", lambda: fieldfuse.kplanes(pts(), [_level(planes=3)])
+    yield "kplanes_tilted_taps", "rotations", lambda: fieldfuse.kplanes_tilted_taps(
+        pts(), _rotations(), [level()], 0.1)
+    yield "kplanes_tilted_with_taps", "tap_pts", lambda: fieldfuse.kplanes_tilted_with_taps(
+        pts(), _pts(3), rot(), [level()], 0.1)
+    yield "plane_tv", r"planes\[1\]", lambda: fieldfuse.plane_tv([level(), _level()], T)
 
 
 @pytest.mark.parametrize(
-    "arg,call",
-    [pytest.param(arg, call, id=f"{i}-{arg}", marks=requires_cuda)
-     for i, (arg, call) in enumerate(_device_cases())],
+    "name,arg,call",
+    [pytest.param(name, arg, call, id=f"{i}-{name}-{arg}", marks=requires_cuda)
+     for i, (name, arg, call) in enumerate(_device_cases())],
 )
-def test_mismatched_devices_raise(arg, call):
-    with pytest.raises(ValueError, match=rf"(?s)(kplanes\w*|plane_tv)\(\).*\b{arg}.*device"):
+def test_mismatched_devices_raise(name, arg, call):
+    with pytest.raises(ValueError, match=rf"(?s)^{name}\(\): .*\b{arg}.*device"):
         call()
 
 
@@ -266,9 +306,9 @@ def test_mismatched_devices_raise(arg, call):
 def test_cuda_16bit_planes_need_float32_points(half):
     pts = _pts(dtype=torch.float64, device="cuda")
     rotations = _rotations(dtype=torch.float64, device="cuda")
-    with pytest.raises(TypeError, match=rf"(?s){OP}.*\bplanes\b.*float32"):
+    with pytest.raises(TypeError, match=r"(?s)^kplanes_tilted\(\): .*\bplanes\b.*float32"):
         fieldfuse.kplanes_tilted(pts, rotations, [_level(dtype=half, device="cuda")])
     # features_dtype may be the planes' 16-bit dtype, nothing else narrower than pts.
-    with pytest.raises(TypeError, match=rf"(?s){OP}.*\bfeatures_dtype\b"):
+    with pytest.raises(TypeError, match=r"(?s)^kplanes_tilted\(\): .*\bfeatures_dtype\b"):
         fieldfuse.kplanes_tilted(pts.float(), rotations.float(),
                                  [_level(dtype=half, device="cuda")], features_dtype=torch.float64)

@@ -360,8 +360,9 @@ def test_forward_with_tv_taps_matches_separate_calls(variant, dtype, rng):
         fused_loss = F.mse_loss(rho, target) + module.volume_tv(tap_rho, 0.5)
         fused_grads = _grads(fused_loss, module)
     # One fused feature call and one backward into the planes.
-    assert counter.counts == {"fieldfuse.kplanes_forward.default": 1,
-                              "fieldfuse.kplanes_backward.default": 1}
+    name = "kplanes_tilted_with_taps" if variant == "tilted" else "kplanes"
+    assert counter.counts == {f"fieldfuse.{name}_forward.default": 1,
+                              f"fieldfuse.{name}_backward.default": 1}
     assert rho.shape == (50, 2) and tap_rho.shape == (4, 20, 2)
 
     rho_sep = module(pts, GATES)

@@ -68,3 +68,22 @@ def test_every_registered_op_has_a_fake_impl():
     for name, op in tv_ops.items():
         assert op.spec.name == name
         assert hasattr(torch.ops.fieldfuse, name)
+
+
+def test_an_active_dispatch_mode_sees_the_op():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Names(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    vol = torch.rand(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    with Names() as mode:
+        torch.autograd.grad(fieldfuse.tv_sq_3d(vol), vol)
+    assert "fieldfuse.tv_sq_3d_forward.default" in mode.names
+    assert "fieldfuse.tv_sq_3d_backward.default" in mode.names

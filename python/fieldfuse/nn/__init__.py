@@ -4,20 +4,15 @@
 - :class:`KPlanesTilted`: tilted multiscale K-Planes density field with learnable rotations.
 - :class:`KPlanes`: the axis-aligned variant.
 - :func:`volume_tv_from_taps`: the volume-TV loss from the four finite-difference taps.
-- :func:`nearest_rotation`, :func:`quaternion_to_rotation`: the two rotation parameterisations.
+- :func:`nearest_rotation`, :func:`quaternion_to_rotation`: the two rotation parameterisations
+  (module :mod:`fieldfuse.nn.rotations`, with :func:`default_rotations`).
 """
 
 from __future__ import annotations
 
-from .kplanes import (
-    EXP_INPUT_MAX,
-    KPlanes,
-    KPlanesTilted,
-    default_rotations,
-    nearest_rotation,
-    quaternion_to_rotation,
-)
+from .kplanes import EXP_INPUT_MAX, KPlanes, KPlanesTilted
 from .losses import volume_tv_from_taps
+from .rotations import default_rotations, nearest_rotation, quaternion_to_rotation
 
 __all__ = [
     "EXP_INPUT_MAX",
