@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The per-sample formulas of the render family (specs/render.md): emission-absorption compositing
-// and its backward, and parallel-beam ray-box sampling, written once as host+device functions for
-// the CPU and CUDA drivers.
+// and its backward, line integrals, and parallel-beam ray-box sampling, written once as
+// host+device functions for the CPU and CUDA drivers.
 #pragma once
 
 #include <cmath>
@@ -144,6 +144,46 @@ FF_HOST_DEVICE FF_FORCE_INLINE T alpha_gradient(T trans_before, T q, T behind, T
   return trans_before * q - (last ? trans_before * q_background : behind / factor);
 }
 
+/// ∂L/∂σ_i/T_0 for the density input, or ∂L/∂a_i/T_0 for the alpha input (whose δ is not read):
+/// the two forms of Note [stable backward].
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T sigma_gradient(bool alpha_input, T delta, T trans_before,
+                                                T trans_after, T q, T behind, T factor, bool last,
+                                                T q_background) {
+  return alpha_input ? alpha_gradient(trans_before, q, behind, factor, last, q_background)
+                     : delta * optical_depth_gradient(trans_after, q, behind);
+}
+
+/// ∂L/∂δ_i = T_0·σ_i·(T'_{i+1}·q_i − V_i), and 0 for the alpha input (no δ). σ = ∞ leaves
+/// T'_{i+1} = 0 and V_i = 0: the gradient is 0, not ∞·0.
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T delta_gradient(bool alpha_input, T t0, T sigma, T trans_after, T q,
+                                                T behind) {
+  const T g = optical_depth_gradient(trans_after, q, behind);
+  return alpha_input || g == T(0) ? T(0) : t0 * sigma * g;
+}
+
+// ---- line integral -----------------------------------------------------------------------------
+
+/// Sample s's term v_s,c·δ_s of channel c's integral P_c = Σ_s v_s,c·δ_s, rounded once in the
+/// caller's compute type (the caller sums the terms in float64).
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T line_integral_term(T value, T delta) {
+  return value * delta;
+}
+
+/// ∂L/∂v_s,c = δ_s·g_c, with g_c the upstream gradient of P_c.
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T line_integral_value_gradient(T delta, T g) {
+  return delta * g;
+}
+
+/// Channel c's term v_s,c·g_c of ∂L/∂δ_s = Σ_c v_s,c·g_c.
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T line_integral_delta_term(T value, T g) {
+  return value * g;
+}
+
 // ---- parallel-beam ray-box sampling ------------------------------------------------------------
 
 /// Rays closer than this to parallel with a slab's faces are treated as parallel (specs/render.md).
@@ -191,12 +231,6 @@ FF_HOST_DEVICE FF_FORCE_INLINE int64_t sample_count(T length, T ds) {
 template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE T sample_step(T length, int64_t n) {
   return length / static_cast<T>(n - 1);
-}
-
-/// Detector coordinate of pixel index k of an n-pixel axis: 2k/(n − 1) − 1 (0 for n = 1).
-template <class T>
-FF_HOST_DEVICE FF_FORCE_INLINE T detector_coordinate(int64_t k, int64_t n) {
-  return n > 1 ? T(2) * static_cast<T>(k) / static_cast<T>(n - 1) - T(1) : T(0);
 }
 
 }  // namespace fieldfuse::detail::render

@@ -2,7 +2,8 @@
 // The serial per-ray routines of the render family, host+device: the CPU driver runs them over
 // rays with OpenMP, each ray marched in sample order with float64 accumulators (deterministic).
 // CUDA runs them for ray-box sampling (one thread per ray) and has warp routines for volume
-// rendering and line integrals (render_warp.cuh) over the same formulas and the same ray state.
+// rendering and line integrals (render_warp.cuh) over the same formulas, the same ray state, and
+// the per-ray rules written here once for both (outputs, background, zeros past termination).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,53 @@ FF_HOST_DEVICE FF_FORCE_INLINE void store(const Vec& v, int64_t i, double x) {
 template <class S>
 FF_HOST_DEVICE FF_FORCE_INLINE void store(const Mat& m, int64_t i, int64_t j, double x) {
   static_cast<S*>(m.data)[i * m.stride0 + j * m.stride1] = static_cast<S>(x);
+}
+
+// Note [dense layout]
+// Per-sample tensors are read and written in place with any strides, through a layout policy L
+// (sample_load, sample_store). The CPU and most CUDA calls use Strided. When every per-sample
+// tensor of a CUDA call is dense ([N] with stride 1, [N, C] row-major), the launch picks the Dense
+// policy, whose element offsets are the indices themselves: the 64-bit stride products, their
+// constant loads and their compares were about a third of the forward's instructions (H100,
+// per-opcode counts of the march). Per-ray tensors are touched once a ray and stay strided.
+
+/// Element offsets of strided per-sample tensors.
+struct Strided {
+  FF_HOST_DEVICE FF_FORCE_INLINE static int64_t at(const Vec& v, int64_t i) { return i * v.stride; }
+  FF_HOST_DEVICE FF_FORCE_INLINE static int64_t at(const Mat& m, int64_t i, int64_t j, int64_t) {
+    return i * m.stride0 + j * m.stride1;
+  }
+};
+
+/// Element offsets of dense per-sample tensors (rows of `channels` elements).
+struct Dense {
+  FF_HOST_DEVICE FF_FORCE_INLINE static int64_t at(const Vec&, int64_t i) { return i; }
+  FF_HOST_DEVICE FF_FORCE_INLINE static int64_t at(const Mat&, int64_t i, int64_t j,
+                                                   int64_t channels) {
+    return i * channels + j;
+  }
+};
+
+/// Per-sample element i (of row i, column j) in the compute type, under layout policy L.
+template <class T, class S, class L>
+FF_HOST_DEVICE FF_FORCE_INLINE T sample_load(const Vec& v, int64_t i) {
+  return Widen<S>::template of<T>(static_cast<const S*>(v.data)[L::at(v, i)]);
+}
+
+template <class T, class S, class L>
+FF_HOST_DEVICE FF_FORCE_INLINE T sample_load(const Mat& m, int64_t i, int64_t j, int64_t channels) {
+  return Widen<S>::template of<T>(static_cast<const S*>(m.data)[L::at(m, i, j, channels)]);
+}
+
+template <class S, class L>
+FF_HOST_DEVICE FF_FORCE_INLINE void sample_store(const Vec& v, int64_t i, double x) {
+  static_cast<S*>(v.data)[L::at(v, i)] = static_cast<S>(x);
+}
+
+template <class S, class L>
+FF_HOST_DEVICE FF_FORCE_INLINE void sample_store(const Mat& m, int64_t i, int64_t j,
+                                                 int64_t channels, double x) {
+  static_cast<S*>(m.data)[L::at(m, i, j, channels)] = static_cast<S>(x);
 }
 
 /// Channels accumulated per pass over a ray: rays with more channels are marched again per block
@@ -113,6 +161,76 @@ FF_HOST_DEVICE FF_FORCE_INLINE double initial_transmittance(const VolumeRenderAr
   return a.prefix.present() ? load<S>(a.prefix, r) : 1.0;
 }
 
+// The per-ray rules below are shared by the serial routines here and the warp routines of
+// render_warp.cuh, which differ only in which lanes run them.
+
+/// Writes channel c of ray r's colour: the composited sum plus the final T times the background.
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE void store_colour(const VolumeRenderArgs& a, int64_t r, int64_t c,
+                                                 double composited, double trans) {
+  const double bg = a.background.present() ? load<S>(a.background, r, c) : 0.0;
+  store<S>(a.rgb, r, c, composited + trans * bg);
+}
+
+/// Writes ray r's requested outputs besides its colour, for a march that composited
+/// [begin, stop) and left T = `trans`. `state` holds the march's optical depths when
+/// `keep_state` (the ray state was requested).
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE void store_ray_outputs(const VolumeRenderArgs& a, int64_t r,
+                                                      int64_t begin, int64_t stop, double trans,
+                                                      double opacity, double depth, bool keep_state,
+                                                      RayState state) {
+  if (a.opacity.present()) store<S>(a.opacity, r, opacity);
+  if (a.depth.present()) store<S>(a.depth, r, depth);
+  if (a.transmittance.present()) store<S>(a.transmittance, r, trans);
+  if (keep_state) {
+    state.stop = stop;
+    state.trans_final = trans;
+    store_ray_state(a.ray_state, r, begin, state);
+  }
+  if (a.total_samples.present()) {
+    static_cast<int64_t*>(a.total_samples.data)[r * a.total_samples.stride] = stop - begin;
+  }
+}
+
+/// q_bg = Σ_c g_rgb,c·bg_c + g_T, what the ray's final transmittance is worth to the loss (Note
+/// [stable backward]); summed over channels in order.
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE double background_value(const VolumeRenderArgs& a, int64_t r) {
+  double q_background = load_or_zero<S>(a.grad_transmittance, r);
+  if (a.background.present()) {
+    for (int64_t c = 0; c < a.channels; ++c) {
+      q_background += load<S>(a.grad_rgb, r, c) * load<S>(a.background, r, c);
+    }
+  }
+  return q_background;
+}
+
+/// Writes ∂L/∂bg of channel c of ray r: g_rgb,c·T_final, stored as float32 where the front asked
+/// for it with 16-bit inputs (VolumeRenderArgs::grad_background_float32).
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE void store_background_gradient(const VolumeRenderArgs& a, int64_t r,
+                                                              int64_t c, double trans_final) {
+  const double g = load<S>(a.grad_rgb, r, c) * trans_final;
+  if (a.grad_background_float32) {
+    store<float>(a.grad_background, r, c, g);
+  } else {
+    store<S>(a.grad_background, r, c, g);
+  }
+}
+
+/// Writes the requested gradients of sample s, which lies past the ray's termination: it was not
+/// composited, so they are exactly zero.
+template <class S, class L>
+FF_HOST_DEVICE FF_FORCE_INLINE void zero_sample_gradients(const VolumeRenderArgs& a, int64_t s) {
+  if (a.grad_sigmas.present()) sample_store<S, L>(a.grad_sigmas, s, 0.0);
+  if (a.grad_delta_ts.present()) sample_store<S, L>(a.grad_delta_ts, s, 0.0);
+  if (a.grad_ts.present()) sample_store<S, L>(a.grad_ts, s, 0.0);
+  if (a.grad_rgbs.present()) {
+    for (int64_t c = 0; c < a.channels; ++c) sample_store<S, L>(a.grad_rgbs, s, c, a.channels, 0.0);
+  }
+}
+
 /// ℓ of sample s in float64: σδ, or −log(1 − α) for the alpha input.
 template <class S>
 FF_HOST_DEVICE FF_FORCE_INLINE double sample_optical_depth(const VolumeRenderArgs& a, int64_t s) {
@@ -166,24 +284,13 @@ FF_HOST_DEVICE void render_ray_forward(const VolumeRenderArgs& a, int64_t r) {
     const int64_t s = march_ray<S>(a, r, begin, end, trans, composite);
     for (int j = 0; j < kChannelBlock; ++j) {
       if (c0 + j >= a.channels) break;
-      const double bg = a.background.present() ? load<S>(a.background, r, c0 + j) : 0.0;
-      store<S>(a.rgb, r, c0 + j, colour[j] + trans * bg);
+      store_colour<S>(a, r, c0 + j, colour[j], trans);
     }
     if (!first_block) continue;
     if (a.weights.present()) {
       for (int64_t t = s; t < end; ++t) store<S>(a.weights, t, 0.0);
     }
-    if (a.opacity.present()) store<S>(a.opacity, r, opacity);
-    if (a.depth.present()) store<S>(a.depth, r, depth);
-    if (a.transmittance.present()) store<S>(a.transmittance, r, trans);
-    if (a.ray_state.present()) {
-      state.stop = s;
-      state.trans_final = trans;
-      store_ray_state(a.ray_state, r, begin, state);
-    }
-    if (a.total_samples.present()) {
-      static_cast<int64_t*>(a.total_samples.data)[r * a.total_samples.stride] = s - begin;
-    }
+    store_ray_outputs<S>(a, r, begin, s, trans, opacity, depth, a.ray_state.present(), state);
   }
 }
 
@@ -217,17 +324,9 @@ FF_HOST_DEVICE void render_ray_backward(const VolumeRenderArgs& a, int64_t r) {
   // Upstream gradients of the ray.
   const double g_opacity = load_or_zero<S>(a.grad_opacity, r);
   const double g_depth = load_or_zero<S>(a.grad_depth, r);
-  double q_background = load_or_zero<S>(a.grad_transmittance, r);
-  for (int64_t c = 0; c < a.channels; ++c) {
-    const double g = load<S>(a.grad_rgb, r, c);
-    if (a.background.present()) q_background += g * load<S>(a.background, r, c);
-    if (a.grad_background.present()) {
-      if (a.grad_background_float32) {
-        store<float>(a.grad_background, r, c, g * t_final);
-      } else {
-        store<S>(a.grad_background, r, c, g * t_final);
-      }
-    }
+  const double q_background = background_value<S>(a, r);
+  if (a.grad_background.present()) {
+    for (int64_t c = 0; c < a.channels; ++c) store_background_gradient<S>(a, r, c, t_final);
   }
 
   // Pass 2, back to front, with T' = T/T_0.
@@ -254,15 +353,13 @@ FF_HOST_DEVICE void render_ray_backward(const VolumeRenderArgs& a, int64_t r) {
     const double q =
         sample_value(colour_term, g_depth, t_s, g_opacity, load_or_zero<S>(a.grad_weights, s));
     if (a.grad_sigmas.present()) {
-      const double g = a.alpha_input
-                           ? alpha_gradient(rel_before, q, behind, ab.factor, last, q_background)
-                           : load<S>(a.delta_ts, s) * optical_depth_gradient(rel_behind, q, behind);
+      const double delta = a.alpha_input ? 0.0 : load<S>(a.delta_ts, s);
+      const double g = sigma_gradient(a.alpha_input, delta, rel_before, rel_behind, q, behind,
+                                      ab.factor, last, q_background);
       store<S>(a.grad_sigmas, s, t0 * g);
     }
     if (a.grad_delta_ts.present()) {
-      // σ = ∞ leaves T'_{i+1} = 0 and V_i = 0: the gradient is 0, not ∞·0.
-      const double g = optical_depth_gradient(rel_behind, q, behind);
-      store<S>(a.grad_delta_ts, s, a.alpha_input || g == 0.0 ? 0.0 : t0 * sigma * g);
+      store<S>(a.grad_delta_ts, s, delta_gradient(a.alpha_input, t0, sigma, rel_behind, q, behind));
     }
     if (a.grad_ts.present()) store<S>(a.grad_ts, s, g_depth * t0 * w);
     behind += q * w;
@@ -272,14 +369,7 @@ FF_HOST_DEVICE void render_ray_backward(const VolumeRenderArgs& a, int64_t r) {
   if (a.grad_prefix.present()) store<S>(a.grad_prefix, r, behind);
 
   // Samples past termination: exactly zero.
-  for (int64_t s = stop; s < end; ++s) {
-    if (a.grad_sigmas.present()) store<S>(a.grad_sigmas, s, 0.0);
-    if (a.grad_delta_ts.present()) store<S>(a.grad_delta_ts, s, 0.0);
-    if (a.grad_ts.present()) store<S>(a.grad_ts, s, 0.0);
-    if (a.grad_rgbs.present()) {
-      for (int64_t c = 0; c < a.channels; ++c) store<S>(a.grad_rgbs, s, c, 0.0);
-    }
-  }
+  for (int64_t s = stop; s < end; ++s) zero_sample_gradients<S, Strided>(a, s);
 }
 
 // ---- line integral -----------------------------------------------------------------------------
@@ -293,7 +383,7 @@ FF_HOST_DEVICE void line_integral_ray_forward(const LineIntegralArgs& a, int64_t
     for (int64_t s = begin; s < end; ++s) {
       const double delta = load<S>(a.delta_ts, s);
       for (int j = 0; j < kChannelBlock; ++j) {
-        if (c0 + j < a.channels) sum[j] += load<S>(a.values, s, c0 + j) * delta;
+        if (c0 + j < a.channels) sum[j] += line_integral_term(load<S>(a.values, s, c0 + j), delta);
       }
     }
     for (int j = 0; j < kChannelBlock && c0 + j < a.channels; ++j) {
@@ -311,8 +401,11 @@ FF_HOST_DEVICE void line_integral_ray_backward(const LineIntegralArgs& a, int64_
     double d_delta = 0;
     for (int64_t c = 0; c < a.channels; ++c) {
       const double g = load<S>(a.out, r, c);
-      if (a.grad_values.present()) store<S>(a.grad_values, s, c, delta * g);
-      if (a.grad_delta_ts.present()) d_delta += load<S>(a.values, s, c) * g;
+      if (a.grad_values.present()) {
+        store<S>(a.grad_values, s, c, line_integral_value_gradient(delta, g));
+      }
+      if (a.grad_delta_ts.present())
+        d_delta += line_integral_delta_term(load<S>(a.values, s, c), g);
     }
     if (a.grad_delta_ts.present()) store<S>(a.grad_delta_ts, s, d_delta);
   }

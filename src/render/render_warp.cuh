@@ -37,38 +37,15 @@ using cuda::kWarpSize;
 using cuda::lane_id;
 using cuda::warp_sum;
 
-// Note [dense layout]
-// Per-sample tensors are read and written in place with any strides. When every per-sample tensor
-// of a call is dense ([N] with stride 1, [N, C] row-major), the launch picks the Dense policy,
-// whose element offsets are the indices themselves: the 64-bit stride products, their constant
-// loads and their compares were about a third of the forward's instructions (H100, per-opcode
-// counts of the march). Per-ray tensors are touched once a ray and stay strided.
-
-/// Element offsets of strided per-sample tensors.
-struct Strided {
-  __device__ FF_FORCE_INLINE static int64_t at(const Vec& v, int64_t i) { return i * v.stride; }
-  __device__ FF_FORCE_INLINE static int64_t at(const Mat& m, int64_t i, int64_t j, int64_t) {
-    return i * m.stride0 + j * m.stride1;
-  }
-};
-
-/// Element offsets of dense per-sample tensors (rows of `channels` elements).
-struct Dense {
-  __device__ FF_FORCE_INLINE static int64_t at(const Vec&, int64_t i) { return i; }
-  __device__ FF_FORCE_INLINE static int64_t at(const Mat&, int64_t i, int64_t j, int64_t channels) {
-    return i * channels + j;
-  }
-};
-
 // Note [channel instances]
 // The render routines also have instances for C = 1 and C = 3 (grey and RGB), chosen for dense
-// inputs (Note [dense layout]): they see the channel count as a compile-time constant, so the
-// per-channel predicates, the row-offset products and the loops past the first channel block fold
-// away. The RGB instances are about a fifth smaller in SASS; forward + backward at R = 65 536 ×
-// 256 went from 0.526 to 0.466 ms (H100). Other counts take the instance (kChannels = 0) that
-// reads C at run time. The CPU driver keeps one instance: there a fixed C made the forward 27%
-// faster with its inputs in cache, but no faster streaming them from memory (the benchmark's
-// setting), and the backward not at all.
+// inputs (Note [dense layout], render_ray.h): they see the channel count as a compile-time
+// constant, so the per-channel predicates, the row-offset products and the loops past the first
+// channel block fold away. The RGB instances are about a fifth smaller in SASS; forward + backward
+// at R = 65 536 × 256 went from 0.526 to 0.466 ms (H100). Other counts take the instance that
+// reads C at run time (kChannels = 0). The CPU driver keeps one instance: there a fixed C made the
+// forward 27% faster with its inputs in cache, but no faster streaming them from memory (the
+// benchmark's setting), and the backward not at all.
 
 /// The call's arguments as the instance for kChannels channels sees them (0: as given).
 template <int kChannels>
@@ -76,28 +53,6 @@ __device__ FF_FORCE_INLINE VolumeRenderArgs with_channels(const VolumeRenderArgs
   VolumeRenderArgs fixed = a;
   if constexpr (kChannels > 0) fixed.channels = kChannels;
   return fixed;
-}
-
-/// Per-sample element i (of row i, column j) in the compute type, under layout policy L.
-template <class T, class S, class L>
-__device__ FF_FORCE_INLINE T sample_load(const Vec& v, int64_t i) {
-  return Widen<S>::template of<T>(static_cast<const S*>(v.data)[L::at(v, i)]);
-}
-
-template <class T, class S, class L>
-__device__ FF_FORCE_INLINE T sample_load(const Mat& m, int64_t i, int64_t j, int64_t channels) {
-  return Widen<S>::template of<T>(static_cast<const S*>(m.data)[L::at(m, i, j, channels)]);
-}
-
-template <class S, class L>
-__device__ FF_FORCE_INLINE void sample_store(const Vec& v, int64_t i, double x) {
-  static_cast<S*>(v.data)[L::at(v, i)] = static_cast<S>(x);
-}
-
-template <class S, class L>
-__device__ FF_FORCE_INLINE void sample_store(const Mat& m, int64_t i, int64_t j, int64_t channels,
-                                             double x) {
-  static_cast<S*>(m.data)[L::at(m, i, j, channels)] = static_cast<S>(x);
 }
 
 // ---- volume rendering --------------------------------------------------------------------------
@@ -292,10 +247,7 @@ __device__ void render_ray_forward_warp(const VolumeRenderArgs& args, int64_t r)
     for (int j = 0; j < kChannelBlock; ++j) {
       if (j >= count) break;  // warp-uniform
       const double sum = warp_sum(colour[j]);
-      if (lane == j) {
-        const double bg = a.background.present() ? load<S>(a.background, r, c0 + j) : 0.0;
-        store<S>(a.rgb, r, c0 + j, sum + m.trans * bg);
-      }
+      if (lane == j) store_colour<S>(a, r, c0 + j, sum, m.trans);
     }
     if (!first_block) continue;
     if (a.weights.present()) {
@@ -306,17 +258,7 @@ __device__ void render_ray_forward_warp(const VolumeRenderArgs& args, int64_t r)
     RayState state;
     if (keep_state) depths.finish(state);  // in every lane: it reduces across the warp
     if (lane != 0) continue;
-    if (a.opacity.present()) store<S>(a.opacity, r, opacity);
-    if (a.depth.present()) store<S>(a.depth, r, depth);
-    if (a.transmittance.present()) store<S>(a.transmittance, r, m.trans);
-    if (keep_state) {
-      state.stop = m.stop;
-      state.trans_final = m.trans;
-      store_ray_state(a.ray_state, r, begin, state);
-    }
-    if (a.total_samples.present()) {
-      static_cast<int64_t*>(a.total_samples.data)[r * a.total_samples.stride] = m.stop - begin;
-    }
+    store_ray_outputs<S>(a, r, begin, m.stop, m.trans, opacity, depth, keep_state, state);
   }
 }
 
@@ -358,20 +300,10 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& args, int64_t r
   for (int j = 0; j < kChannelBlock; ++j) {
     if (j < a.channels) g_colour[j] = load<S>(a.grad_rgb, r, j);
   }
-  double q_background = load_or_zero<S>(a.grad_transmittance, r);
-  if (a.background.present()) {
-    for (int64_t c = 0; c < a.channels; ++c) {
-      q_background += load<S>(a.grad_rgb, r, c) * load<S>(a.background, r, c);
-    }
-  }
+  const double q_background = background_value<S>(a, r);
   if (a.grad_background.present()) {
     for (int64_t c = lane; c < a.channels; c += kWarpSize) {
-      const double g = load<S>(a.grad_rgb, r, c) * ray.trans_final;
-      if (a.grad_background_float32) {
-        store<float>(a.grad_background, r, c, g);
-      } else {
-        store<S>(a.grad_background, r, c, g);
-      }
+      store_background_gradient<S>(a, r, c, ray.trans_final);
     }
   }
 
@@ -429,18 +361,14 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& args, int64_t r
       }
       if (a.grad_sigmas.present()) {
         const double g =
-            a.alpha_input
-                ? alpha_gradient(rel_before, q, behind, 1.0 - static_cast<double>(in.sigma), last,
-                                 q_background)
-                : static_cast<double>(in.delta) * optical_depth_gradient(rel_after, q, behind);
+            sigma_gradient(a.alpha_input, static_cast<double>(in.delta), rel_before, rel_after, q,
+                           behind, 1.0 - static_cast<double>(in.sigma), last, q_background);
         sample_store<S, L>(a.grad_sigmas, s, t0 * g);
       }
       if (a.grad_delta_ts.present()) {
-        // σ = ∞ leaves T'_{i+1} = 0 and V_i = 0: the gradient is 0, not ∞·0.
-        const double g = optical_depth_gradient(rel_after, q, behind);
         sample_store<S, L>(
             a.grad_delta_ts, s,
-            a.alpha_input || g == 0.0 ? 0.0 : t0 * static_cast<double>(in.sigma) * g);
+            delta_gradient(a.alpha_input, t0, static_cast<double>(in.sigma), rel_after, q, behind));
       }
       if (a.grad_ts.present()) sample_store<S, L>(a.grad_ts, s, g_depth * t0 * w);
     }
@@ -451,15 +379,7 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& args, int64_t r
   if (a.grad_prefix.present() && lane == 0) store<S>(a.grad_prefix, r, behind_chunk);
 
   // Samples past termination: exactly zero.
-  for (int64_t s = ray.stop + lane; s < end; s += kWarpSize) {
-    if (a.grad_sigmas.present()) sample_store<S, L>(a.grad_sigmas, s, 0.0);
-    if (a.grad_delta_ts.present()) sample_store<S, L>(a.grad_delta_ts, s, 0.0);
-    if (a.grad_ts.present()) sample_store<S, L>(a.grad_ts, s, 0.0);
-    if (a.grad_rgbs.present()) {
-      for (int64_t c = 0; c < a.channels; ++c)
-        sample_store<S, L>(a.grad_rgbs, s, c, a.channels, 0.0);
-    }
-  }
+  for (int64_t s = ray.stop + lane; s < end; s += kWarpSize) zero_sample_gradients<S, L>(a, s);
 }
 
 // ---- line integral -----------------------------------------------------------------------------
@@ -495,7 +415,9 @@ __device__ void line_integral_ray_forward_warp(const LineIntegralArgs& a, int64_
 #pragma unroll
       for (int k = 0; k < kSamplesInFlight; ++k) {
 #pragma unroll
-        for (int j = 0; j < kBlock; ++j) sum[j] += static_cast<double>(value[k][j] * delta[k]);
+        for (int j = 0; j < kBlock; ++j) {
+          sum[j] += static_cast<double>(line_integral_term(value[k][j], delta[k]));
+        }
       }
     }
 #pragma unroll
@@ -536,9 +458,10 @@ __device__ void line_integral_ray_backward_warp(const LineIntegralArgs& a, int64
         const int64_t s = first + k * kWarpSize;
         if (s >= end) continue;
         if (a.grad_values.present()) {
-          sample_store<S, L>(a.grad_values, s, c, a.channels, delta[k] * g);
+          sample_store<S, L>(a.grad_values, s, c, a.channels,
+                             line_integral_value_gradient(static_cast<double>(delta[k]), g));
         }
-        d_delta[k] += static_cast<double>(value[k]) * g;
+        d_delta[k] += line_integral_delta_term(static_cast<double>(value[k]), g);
       }
     }
     if (!a.grad_delta_ts.present()) continue;

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/volume_view.h"
 #include "fieldfuse/core.h"
+#include "tv/plane_tv_math.h"
 #include "tv/tv_math.h"
 
 namespace fieldfuse::detail::tv {
@@ -17,7 +18,7 @@ enum class Functional { Sq, Iso, L1, SqAxes };
 /// Partial sums a functional reduces (L1 and SqAxes: one per axis).
 inline int num_sums(Functional f) { return f == Functional::L1 || f == Functional::SqAxes ? 3 : 1; }
 
-/// Calls `run(policy)` with the tv_math.h policy of `functional`.
+/// Calls `run(policy)` with the policy of `functional` (tv_math.h, plane_tv_math.h).
 template <class Run>
 decltype(auto) visit_functional(Functional functional, double eps, const Run& run) {
   switch (functional) {

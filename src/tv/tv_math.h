@@ -104,31 +104,6 @@ struct L1TV {
   }
 };
 
-/// Per-axis Δ² sums; plane_tv (kplanes family) weighs the H and W sums of each level.
-struct SqAxesTV {
-  static constexpr int kSums = 3;
-
-  template <class T, class Nb>
-  FF_HOST_DEVICE FF_FORCE_INLINE void accumulate(const Nb& nb, const VoxelBounds&,
-                                                 T (&terms)[kSums]) const {
-    const T v = nb(0, 0, 0);
-    const T dd = nb(1, 0, 0) - v, dh = nb(0, 1, 0) - v, dw = nb(0, 0, 1) - v;
-    terms[0] = dd * dd;
-    terms[1] = dh * dh;
-    terms[2] = dw * dw;
-  }
-
-  /// Σ_a coef[a]·2·[(v − prev_a) − (next_a − v)].
-  template <class T, class Nb>
-  FF_HOST_DEVICE FF_FORCE_INLINE T gradient(const Nb& nb, const VoxelBounds&,
-                                            const T (&coef)[3]) const {
-    const T v = nb(0, 0, 0);
-    return T(2) * (coef[0] * ((v - nb(-1, 0, 0)) - (nb(1, 0, 0) - v)) +
-                   coef[1] * ((v - nb(0, -1, 0)) - (nb(0, 1, 0) - v)) +
-                   coef[2] * ((v - nb(0, 0, -1)) - (nb(0, 0, 1) - v)));
-  }
-};
-
 /// Isotropic TV: one term per corner (i < D−1, j < H−1, k < W−1), all three differences anchored
 /// at the corner voxel, eps inside the sqrt.
 struct IsoTV {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "render/render_math.h"
@@ -171,6 +172,29 @@ TEST(RenderMath, AlphaGradientIsFiniteAndCorrectAtOne) {
   EXPECT_EQ(rd::optical_depth_gradient(rel_final, g * c1, behind1), 0.0);
 }
 
+// The per-input gradient forms both drivers call: sigma_gradient picks the density or the alpha
+// form of Note [stable backward], and delta_gradient is exactly 0 behind σ = ∞ (not ∞·0 = NaN).
+TEST(RenderMath, SigmaAndDeltaGradientForms) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double delta = 0.25, before = 0.6, after = 0.3, q = 1.5, behind = 0.2, factor = 0.5;
+  EXPECT_DOUBLE_EQ(rd::sigma_gradient(false, delta, before, after, q, behind, factor, false, 0.7),
+                   delta * (after * q - behind));
+  EXPECT_DOUBLE_EQ(rd::sigma_gradient(true, 0.0, before, after, q, behind, factor, true, 0.7),
+                   rd::alpha_gradient(before, q, behind, factor, true, 0.7));
+  EXPECT_DOUBLE_EQ(rd::delta_gradient(false, 0.8, 2.0, after, q, behind),
+                   0.8 * 2.0 * (after * q - behind));
+  EXPECT_EQ(rd::delta_gradient(false, 0.8, inf, 0.0, q, 0.0), 0.0);      // T'_{i+1} = 0, V_i = 0
+  EXPECT_EQ(rd::delta_gradient(true, 0.8, 2.0, after, q, behind), 0.0);  // alpha input: no δ
+}
+
+// The line-integral products round in the caller's compute type (float for float32 storage).
+TEST(RenderMath, LineIntegralProducts) {
+  static_assert(std::is_same_v<decltype(rd::line_integral_term(1.0f, 1.0f)), float>);
+  EXPECT_EQ(rd::line_integral_term(3.0, 0.5), 1.5);
+  EXPECT_EQ(rd::line_integral_value_gradient(0.5, -4.0), -2.0);
+  EXPECT_EQ(rd::line_integral_delta_term(3.0, -4.0), -12.0);
+}
+
 TEST(RenderMath, TerminationCountsTheTerminatingSample) {
   // The spec's example: σ = [20, 0.1, 0, 20] on rays of 10, 4, 0, 6 samples, δ = 0.1, 0.01.
   const double sigmas[4] = {20, 0.1, 0, 20};
@@ -220,10 +244,6 @@ TEST(RenderMath, SampleCountAndStep) {
   EXPECT_EQ(rd::sample_count(2.0, 0.3), 8);   // ceil(6.67) + 1
   EXPECT_EQ(rd::sample_count(1e-9, 0.5), 2);  // at least 2
   EXPECT_DOUBLE_EQ(rd::sample_step(2.0, int64_t{5}), 0.5);
-  EXPECT_DOUBLE_EQ(rd::detector_coordinate<double>(0, 5), -1.0);
-  EXPECT_DOUBLE_EQ(rd::detector_coordinate<double>(4, 5), 1.0);
-  EXPECT_DOUBLE_EQ(rd::detector_coordinate<double>(2, 5), 0.0);
-  EXPECT_DOUBLE_EQ(rd::detector_coordinate<double>(0, 1), 0.0);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// plane_tv: each level's planes as a [..., H, W] stack, reduced by the TV family's drivers into
-// per-axis Δ² sums (Functional::SqAxes) that a per-level plan weighs into the level's term.
+// Front of plane_tv (declared in fieldfuse/kplanes.h, next to the planes it smooths): each level's
+// planes as a [..., H, W] stack, reduced by the TV drivers into per-axis Δ² sums
+// (Functional::SqAxes, plane_tv_math.h) that a per-level plan weighs into the level's term.
 #include <algorithm>
 #include <string>
 

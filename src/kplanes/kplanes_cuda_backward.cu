@@ -1,0 +1,415 @@
+// SPDX-License-Identifier: Apache-2.0
+// K-Planes backward on CUDA: the point and rotation gradients (per-group partials reduced in a
+// fixed order) and the default plane gradient, scattered with atomics (exact sums, order-dependent
+// rounding); the deterministic plane gradient is kplanes_cuda_gather.cu's.
+#include <cstddef>
+#include <cstdint>
+#include <cub/block/block_reduce.cuh>
+
+#include "core/cuda_launch.cuh"
+#include "core/warp.cuh"
+#include "kplanes/kplanes_cuda.cuh"
+#include "kplanes/kplanes_drivers.h"
+
+namespace fieldfuse::detail::kplanes {
+namespace {
+
+using cuda::group_sum;
+
+/// Four consecutive channels' shares into an accumulator (float or double).
+__device__ FF_FORCE_INLINE void atomic_add4(float* p, const float (&v)[4]) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+#else
+  for (int j = 0; j < 4; ++j) atomicAdd(p + j, v[j]);
+#endif
+}
+__device__ FF_FORCE_INLINE void atomic_add4(double* p, const double (&v)[4]) {
+  for (int j = 0; j < 4; ++j) atomicAdd(p + j, v[j]);
+}
+
+// ---- backward: point and rotation gradients, and the default atomic scatter --------------------
+
+/// The accumulator type of a plane gradient: the plane dtype, or float32 for 16-bit planes.
+template <class S>
+using accumulator_t = compute_t<S>;
+
+template <Variant V, class S, class G, bool kScatter>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    backward_kernel(Geometry geo, const __grid_constant__ LevelTable table,
+                    MatrixView grad_features, MatrixView grad_tap_features,
+                    compute_t<S>* __restrict__ point_partials,
+                    double* __restrict__ rotation_partials, int64_t num_slots, int lanes_log2) {
+  using T = compute_t<S>;
+  using A = accumulator_t<S>;
+  // A fixed grid walks the (slot, lane) range, so each block reduces its rotation gradient once
+  // for many slots; dead groups (past the last slot) still run the shuffles and the reduction.
+  const int64_t stride = int64_t{kLanes} << lanes_log2;
+  const int t = blockIdx.y;
+  T R[9];
+  rotation_of<V>(geo, t, R);
+  const T h = static_cast<T>(geo.h);
+  T dR[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t total = num_slots << lanes_log2;
+  const int64_t grid_stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads; first < total;
+       first += grid_stride) {
+    const LaneGroup group = lane_group(first + threadIdx.x, lanes_log2, num_slots);
+    const Slot slot = slot_of(group.live ? group.slot : 0, geo.pts.rows);
+    T p[3] = {0, 0, 0}, dp[3] = {0, 0, 0};
+    if (group.live) slot_point(geo, slot, p);
+    // The shuffles of group_sum need every lane of the warp, so the whole warp runs as many tap
+    // rounds as its busiest group (a warp can hold point slots, tap slots and dead groups).
+    const int positions = group.live ? slot.num_positions : 0;
+    const int warp_positions = __reduce_max_sync(0xffffffffu, positions);
+    for (int tap = 0; tap < warp_positions; ++tap) {
+      const bool active = tap < positions;
+      T r[3], dr[3] = {0, 0, 0};
+      tap_position<V>(R, p, tap, h, r);
+      for (int l = 0; l < (active ? table.count : 0); ++l) {
+        const Level& level = table.levels[l];
+        const PlaneView& v = level.view;
+        const S* plane = static_cast<const S*>(level.data);
+        BilinearTap<T> taps[3];
+        plane_taps<V>(r, v.height, v.width, taps);
+        const T gate = static_cast<T>(level.gate);
+        const int64_t first_col = level.column + t * v.channels;
+        T d_index_x[3] = {0, 0, 0}, d_index_y[3] = {0, 0, 0};
+        for (int64_t c0 = group.lane * kLanes; c0 < v.channels; c0 += stride) {
+          Corners<T> corners[kLanes][3];
+          load_chunk(plane, v, table.read_vector[l], t, c0, taps, corners);
+          T d_sample[kLanes][3];
+#pragma unroll
+          for (int j = 0; j < kLanes; ++j) {
+            const bool live = c0 + j < v.channels;
+            const T g =
+                live ? (slot.is_tap_point
+                            ? matrix_at<T, G>(grad_tap_features, tap, slot.row, first_col + c0 + j)
+                            : matrix_at<T, G>(grad_features, 0, slot.row, first_col + c0 + j)) *
+                           gate
+                     : T(0);
+            channel_backward(taps, corners[j], g, d_sample[j], d_index_x, d_index_y);
+          }
+          if constexpr (kScatter) {
+            A* grad = static_cast<A*>(level.grad);
+            const PlaneView& gv = level.grad_view;
+#pragma unroll
+            for (int q = 0; q < 3; ++q) {
+              const BilinearTap<T>& tap_q = taps[q];
+              T share[kLanes][4];
+#pragma unroll
+              for (int j = 0; j < kLanes; ++j) tap_q.scatter(d_sample[j][q], share[j]);
+              A* base = grad + (3 * t + q) * gv.stride_k + c0 * gv.stride_c;
+              int32_t at[4];
+              corner_offsets(gv, tap_q, at);
+#pragma unroll
+              for (int corner = 0; corner < 4; ++corner) {
+                A* cell = base + at[corner];
+                if (table.accumulate_vector[l]) {
+                  const A v4[4] = {
+                      static_cast<A>(share[0][corner]), static_cast<A>(share[1][corner]),
+                      static_cast<A>(share[2][corner]), static_cast<A>(share[3][corner])};
+                  atomic_add4(cell, v4);
+                } else {
+#pragma unroll
+                  for (int j = 0; j < kLanes; ++j) {
+                    if (c0 + j < v.channels) {
+                      atomicAdd(cell + static_cast<int32_t>(j * gv.stride_c),
+                                static_cast<A>(share[j][corner]));
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+        T dr_level[3];
+        rotated_point_gradient<V>(taps, d_index_x, d_index_y, dr_level);
+        dr[0] += dr_level[0], dr[1] += dr_level[1], dr[2] += dr_level[2];
+      }
+      dr[0] = group_sum(dr[0], lanes_log2);
+      dr[1] = group_sum(dr[1], lanes_log2);
+      dr[2] = group_sum(dr[2], lanes_log2);
+      // Every lane holds the group's dr; lane 0 alone accumulates it.
+      if (active && group.lane == 0) accumulate_tap_gradient<V>(R, p, tap, h, dr, dR, dp);
+    }
+    if (point_partials != nullptr && group.live && group.lane == 0) {
+      T* out = point_partials + (static_cast<int64_t>(t) * num_slots + group.slot) * 3;
+      out[0] = dp[0], out[1] = dp[1], out[2] = dp[2];
+    }
+  }
+  if (rotation_partials == nullptr) return;  // uniform across the grid
+  using BlockReduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename BlockReduce::TempStorage scratch;
+  double* out = rotation_partials + (static_cast<int64_t>(t) * gridDim.x + blockIdx.x) * 9;
+#pragma unroll
+  for (int i = 0; i < 9; ++i) {
+    const double sum = BlockReduce(scratch).Sum(static_cast<double>(dR[i]));
+    if (threadIdx.x == 0) out[i] = sum;
+    __syncthreads();  // scratch is reused by the next reduction
+  }
+}
+
+/// grad_pts[s] = Σ_groups Σ_t point_partials[group][t][s], in that fixed order.
+template <class T>
+__global__ void point_gradient_kernel(const T* __restrict__ partials, int64_t partial_sets,
+                                      int64_t num_slots, int64_t num_points, T* grad_pts,
+                                      int64_t pts_row, int64_t pts_col, T* grad_tap_pts,
+                                      int64_t tap_row, int64_t tap_col) {
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= num_slots) return;
+  T dp[3] = {0, 0, 0};
+  for (int64_t set = 0; set < partial_sets; ++set) {
+    const T* in = partials + (set * num_slots + s) * 3;
+    dp[0] += in[0], dp[1] += in[1], dp[2] += in[2];
+  }
+  const bool is_tap = s >= num_points;
+  T* grad = is_tap ? grad_tap_pts : grad_pts;
+  if (grad == nullptr) return;
+  const int64_t row = is_tap ? s - num_points : s;
+  T* out = grad + row * (is_tap ? tap_row : pts_row);
+  const int64_t col = is_tap ? tap_col : pts_col;
+  out[0] = dp[0], out[col] = dp[1], out[2 * col] = dp[2];
+}
+
+constexpr int kFinalThreads = 256;
+
+/// One block per (tilt, entry): grad_rotations[t][i] = Σ over groups and blocks, in a fixed order.
+template <class T>
+__global__ void __launch_bounds__(kFinalThreads)
+    rotation_gradient_kernel(const double* __restrict__ partials, int64_t groups, int64_t num_tilts,
+                             int64_t blocks_per_tilt, T* grad, int64_t s0, int64_t s1, int64_t s2) {
+  const int64_t t = blockIdx.x / 9, i = blockIdx.x % 9;
+  double sum = 0.0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const double* base = partials + ((g * num_tilts + t) * blocks_per_tilt) * 9 + i;
+    for (int64_t b = threadIdx.x; b < blocks_per_tilt; b += kFinalThreads) sum += base[b * 9];
+  }
+  using BlockReduce = cub::BlockReduce<double, kFinalThreads>;
+  __shared__ typename BlockReduce::TempStorage scratch;
+  const double total = BlockReduce(scratch).Sum(sum);
+  if (threadIdx.x == 0) grad[t * s0 + (i / 3) * s1 + (i % 3) * s2] = static_cast<T>(total);
+}
+
+/// A 16-bit plane gradient from its float32 channels-last accumulator.
+template <class S>
+__global__ void round_gradient_kernel(const float* __restrict__ acc, PlaneView av, S* grad,
+                                      PlaneView gv) {
+  const int64_t n = av.numel();
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // i runs over the accumulator's [P, H, W, C] order.
+    const int64_t c = i % av.channels;
+    int64_t rest = i / av.channels;
+    const int64_t x = rest % av.width;
+    rest /= av.width;
+    const int64_t y = rest % av.height;
+    const int64_t k = rest / av.height;
+    grad[gv.offset(k, c, y, x)] = static_cast<S>(acc[i]);
+  }
+}
+
+// ---- host side ---------------------------------------------------------------------------------
+
+/// The dense channels-last view of a [P, C, H, W] level.
+PlaneView channels_last(const PlaneView& v) {
+  PlaneView cl = v;
+  cl.stride_c = 1;
+  cl.stride_x = v.channels;
+  cl.stride_y = v.channels * v.width;
+  cl.stride_k = v.channels * v.width * v.height;
+  return cl;
+}
+
+/// Blocks per tilt of the backward's fixed grid: enough to fill any current GPU several times
+/// over, few enough that the per-block rotation reductions are a small part of the work. Fixed,
+/// not derived from the device, so the reduction order (and the bits) do not depend on the GPU.
+constexpr int64_t kBackwardBlocks = 1024;
+
+int64_t backward_blocks(const Problem& pb) { return std::min(slot_blocks(pb), kBackwardBlocks); }
+
+bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
+
+/// What one backward call computes, and the shape of its launches.
+struct BackwardPlan {
+  bool wants_points, wants_rotations;
+  bool scatter;  ///< the plane gradients by atomics (requested, and not deterministic)
+  bool half;     ///< 16-bit planes: the scatter adds into float32 accumulators
+  int64_t slots, groups, blocks;
+};
+
+BackwardPlan plan_of(const BackwardArgs& a) {
+  const Problem& pb = a.problem;
+  return {a.grad_pts != nullptr || a.grad_tap_pts != nullptr,
+          a.grad_rotations != nullptr,
+          a.wants_planes && !a.deterministic,
+          is_16_bit(pb.plane_dtype),
+          pb.num_slots(),
+          level_groups(pb),
+          backward_blocks(pb)};
+}
+
+/// The workspace layout of the backward. `base == nullptr` only measures.
+struct BackwardBuffers {
+  void* point_partials = nullptr;       // [groups, T, slots, 3] compute type
+  double* rotation_partials = nullptr;  // [groups, T, slot blocks, 9]
+  float* accumulators = nullptr;        // 16-bit planes: Σ_l numel, channels-last per level
+  GatherBuffers gather;                 // deterministic plane gradients
+  std::size_t bytes = 0;
+};
+
+BackwardBuffers backward_buffers(const Problem& pb, bool wants_points, bool wants_rotations,
+                                 bool wants_planes, bool deterministic, void* base) {
+  BackwardBuffers b;
+  Carver carve(base);
+  const int64_t groups = level_groups(pb), slots = pb.num_slots();
+  const std::size_t compute_size = dtype_size(pb.dtype);
+  if (wants_points) {
+    b.point_partials = carve.take<char>(groups * pb.num_tilts * slots * 3 * compute_size);
+  }
+  if (wants_rotations) {
+    b.rotation_partials = carve.take<double>(groups * pb.num_tilts * backward_blocks(pb) * 9);
+  }
+  if (wants_planes && !deterministic && is_16_bit(pb.plane_dtype)) {
+    int64_t total = 0;
+    for (const Level& level : pb.levels) total += level.view.numel();
+    b.accumulators = carve.take<float>(total);
+  }
+  if (wants_planes && deterministic) b.gather = carve_gather_buffers(pb, carve);
+  b.bytes = carve.bytes();
+  return b;
+}
+
+/// The problem as the scatter sees it: each level's gradient redirected to its float32
+/// accumulator for 16-bit planes, and zero-filled, since the scatter adds into it (dense by
+/// contract; Note [deterministic gather] describes the path that writes every cell instead).
+template <class S>
+Problem scatter_target(const Problem& pb, const BackwardBuffers& buf, bool half,
+                       cudaStream_t stream) {
+  Problem target = pb;
+  float* next = buf.accumulators;
+  for (Level& level : target.levels) {
+    if (half) {
+      level.grad = next;
+      level.grad_view = channels_last(level.view);
+      next += level.view.numel();
+    }
+    const std::size_t bytes = level.view.numel() * (half ? sizeof(float) : sizeof(S));
+    cuda::check(cudaMemsetAsync(level.grad, 0, bytes, stream), pb.op, "cudaMemsetAsync");
+  }
+  return target;
+}
+
+/// backward_kernel over every level group: per-group point and rotation partials, and the scatter.
+template <Variant V, class S, class G>
+void launch_backward_kernels(const BackwardArgs& a, const Problem& target,
+                             const BackwardBuffers& buf, const BackwardPlan& plan,
+                             cudaStream_t stream) {
+  using T = compute_t<S>;
+  const Problem& pb = a.problem;
+  const Geometry geo = geometry_of(pb);
+  const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(pb.num_tilts));
+  for (int64_t group = 0; group < plan.groups; ++group) {
+    LevelTable table = level_table<S>(target, group);
+    for (int i = 0; i < table.count; ++i) {
+      table.accumulate_vector[i] =
+          plan.scatter &&
+          aligned_channels_last<accumulator_t<S>>(table.levels[i].grad_view, table.levels[i].grad);
+    }
+    T* points = plan.wants_points
+                    ? static_cast<T*>(buf.point_partials) + group * pb.num_tilts * plan.slots * 3
+                    : nullptr;
+    double* rotations = plan.wants_rotations
+                            ? buf.rotation_partials + group * pb.num_tilts * plan.blocks * 9
+                            : nullptr;
+    if (plan.scatter) {
+      backward_kernel<V, S, G, true>
+          <<<grid, kThreads, 0, stream>>>(geo, table, a.grad_features, a.grad_tap_features, points,
+                                          rotations, plan.slots, lanes_log2(pb));
+    } else {
+      backward_kernel<V, S, G, false>
+          <<<grid, kThreads, 0, stream>>>(geo, table, a.grad_features, a.grad_tap_features, points,
+                                          rotations, plan.slots, lanes_log2(pb));
+    }
+    cuda::check_launch(pb.op, "backward_kernel", stream);
+  }
+}
+
+/// grad_pts and grad_tap_pts from the point partials of every group and tilt.
+template <class T>
+void launch_point_gradient(const BackwardArgs& a, const BackwardBuffers& buf,
+                           const BackwardPlan& plan, cudaStream_t stream) {
+  const Problem& pb = a.problem;
+  const auto st = a.grad_pts_strides, tst = a.grad_tap_pts_strides;
+  point_gradient_kernel<T>
+      <<<static_cast<unsigned>(cuda::ceil_div(plan.slots, 256)), 256, 0, stream>>>(
+          static_cast<const T*>(buf.point_partials), plan.groups * pb.num_tilts, plan.slots,
+          pb.pts.rows, static_cast<T*>(a.grad_pts), st[0], st[1], static_cast<T*>(a.grad_tap_pts),
+          tst[0], tst[1]);
+  cuda::check_launch(pb.op, "point_gradient_kernel", stream);
+}
+
+/// grad_rotations from the per-block rotation partials.
+template <class T>
+void launch_rotation_gradient(const BackwardArgs& a, const BackwardBuffers& buf,
+                              const BackwardPlan& plan, cudaStream_t stream) {
+  const Problem& pb = a.problem;
+  const auto st = a.grad_rotation_strides;
+  rotation_gradient_kernel<T>
+      <<<static_cast<unsigned>(pb.num_tilts * 9), kFinalThreads, 0, stream>>>(
+          buf.rotation_partials, plan.slots > 0 ? plan.groups : 0, pb.num_tilts, plan.blocks,
+          static_cast<T*>(a.grad_rotations), st[0], st[1], st[2]);
+  cuda::check_launch(pb.op, "rotation_gradient_kernel", stream);
+}
+
+/// The 16-bit plane gradients, rounded from the scatter's float32 accumulators.
+template <class S>
+void launch_round_gradients(const Problem& pb, const Problem& target, cudaStream_t stream) {
+  for (std::size_t l = 0; l < pb.levels.size(); ++l) {
+    const Level& level = pb.levels[l];
+    const int64_t n = level.view.numel();
+    const auto grid_size = static_cast<unsigned>(std::min<int64_t>(cuda::ceil_div(n, 256), 65536));
+    round_gradient_kernel<S><<<grid_size, 256, 0, stream>>>(
+        static_cast<const float*>(target.levels[l].grad), target.levels[l].grad_view,
+        static_cast<S*>(level.grad), level.grad_view);
+    cuda::check_launch(pb.op, "round_gradient_kernel", stream);
+  }
+}
+
+}  // namespace
+
+std::size_t backward_workspace_cuda(const Problem& pb, bool wants_planes, bool deterministic) {
+  // Workspace queries do not know which geometry gradients will be asked for; size for all.
+  cuda::DeviceGuard guard(pb.device.index, pb.op);
+  return backward_buffers(pb, true, pb.variant == Variant::kTilted, wants_planes, deterministic,
+                          nullptr)
+      .bytes;
+}
+
+void backward_cuda(const BackwardArgs& a) {
+  const Problem& pb = a.problem;
+  check_grid(pb);
+  cuda::ProfileRange range(pb.op);
+  cuda::DeviceGuard guard(pb.device.index, pb.op);
+  const auto stream = static_cast<cudaStream_t>(a.stream.handle);
+  const BackwardPlan plan = plan_of(a);
+  const BackwardBuffers buf = backward_buffers(pb, plan.wants_points, plan.wants_rotations,
+                                               a.wants_planes, a.deterministic, a.workspace);
+  dispatch_problem(pb, a.grad_dtype, [&](auto plane_tag, auto grad_tag, auto variant) {
+    using S = typename decltype(plane_tag)::type;
+    using T = compute_t<S>;
+    using G = typename decltype(grad_tag)::type;
+    constexpr Variant V = decltype(variant)::value;
+    // Where the scatter adds: the gradients themselves, or float32 accumulators for 16-bit planes.
+    const Problem target = plan.scatter ? scatter_target<S>(pb, buf, plan.half, stream) : pb;
+    if ((plan.scatter || plan.wants_points || plan.wants_rotations) && plan.slots > 0) {
+      launch_backward_kernels<V, S, G>(a, target, buf, plan, stream);
+    }
+    if (plan.wants_points && plan.slots > 0) launch_point_gradient<T>(a, buf, plan, stream);
+    if (plan.wants_rotations) launch_rotation_gradient<T>(a, buf, plan, stream);
+    if (plan.scatter && plan.half) launch_round_gradients<S>(pb, target, stream);
+  });
+  if (a.wants_planes && a.deterministic) gather_plane_gradients(a, buf.gather, stream);
+}
+
+}  // namespace fieldfuse::detail::kplanes

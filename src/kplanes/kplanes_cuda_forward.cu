@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// K-Planes forward on CUDA: one lane group per (sample slot, tilt) walks every level of a launch
+// and writes the slot's feature rows (Note [lanes], Note [level table] in kplanes_cuda.cuh).
+#include <cstdint>
+
+#include "core/cuda_launch.cuh"
+#include "kplanes/kplanes_cuda.cuh"
+#include "kplanes/kplanes_drivers.h"
+
+namespace fieldfuse::detail::kplanes {
+namespace {
+
+template <Variant V, class S, class O>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    forward_kernel(Geometry geo, const __grid_constant__ LevelTable table, O* __restrict__ features,
+                   O* __restrict__ tap_features, int64_t num_slots, int64_t num_features,
+                   int lanes_log2) {
+  using T = compute_t<S>;
+  const LaneGroup group =
+      lane_group(static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x, lanes_log2, num_slots);
+  if (!group.live) return;
+  const int64_t stride = int64_t{kLanes} << lanes_log2;  // channels per round of the group
+  const int t = blockIdx.y;
+  const Slot slot = slot_of(group.slot, geo.pts.rows);
+  T p[3], R[9];
+  slot_point(geo, slot, p);
+  rotation_of<V>(geo, t, R);
+  const T h = static_cast<T>(geo.h);
+  for (int tap = 0; tap < slot.num_positions; ++tap) {
+    O* row = slot.is_tap_point ? tap_features + (tap * geo.tap_pts.rows + slot.row) * num_features
+                               : features + slot.row * num_features;
+    T r[3];
+    tap_position<V>(R, p, tap, h, r);
+    for (int l = 0; l < table.count; ++l) {
+      const Level& level = table.levels[l];
+      const PlaneView& v = level.view;
+      const S* plane = static_cast<const S*>(level.data);
+      BilinearTap<T> taps[3];
+      plane_taps<V>(r, v.height, v.width, taps);
+      const T gate = static_cast<T>(level.gate);
+      O* out = row + level.column + t * v.channels;
+      for (int64_t c0 = group.lane * kLanes; c0 < v.channels; c0 += stride) {
+        Corners<T> corners[kLanes][3];
+        load_chunk(plane, v, table.read_vector[l], t, c0, taps, corners);
+#pragma unroll
+        for (int j = 0; j < kLanes; ++j) {
+          if (c0 + j < v.channels) {
+            out[c0 + j] = static_cast<O>(channel_feature(taps, corners[j]) * gate);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void forward_cuda(const Problem& pb, const ForwardOutputs& out, Stream stream_handle) {
+  if (pb.num_slots() == 0 || pb.num_features == 0) return;
+  check_grid(pb);
+  cuda::ProfileRange range(pb.op);
+  cuda::DeviceGuard guard(pb.device.index, pb.op);
+  const auto stream = static_cast<cudaStream_t>(stream_handle.handle);
+  const Geometry geo = geometry_of(pb);
+  const dim3 grid(static_cast<unsigned>(slot_blocks(pb)), static_cast<unsigned>(pb.num_tilts));
+  dispatch_problem(pb, out.dtype, [&](auto plane_tag, auto out_tag, auto variant) {
+    using S = typename decltype(plane_tag)::type;
+    using O = typename decltype(out_tag)::type;
+    constexpr Variant V = decltype(variant)::value;
+    for (int64_t group = 0; group < level_groups(pb); ++group) {
+      const LevelTable table = level_table<S>(pb, group);
+      forward_kernel<V, S, O><<<grid, kThreads, 0, stream>>>(
+          geo, table, static_cast<O*>(out.features), static_cast<O*>(out.tap_features),
+          pb.num_slots(), pb.num_features, lanes_log2(pb));
+      cuda::check_launch(pb.op, "forward_kernel", stream);
+    }
+  });
+}
+
+}  // namespace fieldfuse::detail::kplanes
