@@ -189,9 +189,12 @@ class Reader {
              std::to_string(offset) + ".." + std::to_string(offset + stored) + " of a " +
              std::to_string(file_.size()) + "-byte file");
       }
-      const std::uint64_t rows = std::min<std::uint64_t>(
-          rows_per_strip,
-          page.height - std::min<std::uint64_t>(page.height, std::uint64_t{s} * rows_per_strip));
+      // The last strip may be shorter (and a file may list more strips than rows need).
+      const std::uint64_t first_row = std::uint64_t{s} * rows_per_strip;
+      const std::uint64_t rows =
+          first_row >= page.height
+              ? 0
+              : std::min<std::uint64_t>(rows_per_strip, page.height - first_row);
       const std::uint64_t decoded = tiled ? tile_bytes : rows * row_bytes;
       if (compression == COMPRESSION_NONE ? stored < decoded
                                           : decoded > stored * kMaxCompressionRatio) {
