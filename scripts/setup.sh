@@ -19,6 +19,13 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+# The CLI's libraries (found by CMake's find_package) and libtiff's tools, which write the TIFF
+# files the CLI tests read.
+compgen -G '/usr/include/*tiffio.h' >/dev/null || compgen -G '/usr/include/*/tiffio.h' >/dev/null ||
+  need+=(libtiff-dev)
+[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+[ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
+command -v tiffcp >/dev/null || need+=(libtiff-tools)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"

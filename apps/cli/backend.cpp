@@ -29,7 +29,10 @@ bool Backend::built_with_cuda() {
 }
 
 Backend Backend::create(DeviceChoice choice) {
-  const bool cuda_usable = built_with_cuda() && fieldfuse::cuda_device_count() > 0;
+  // --device cpu never touches the CUDA driver (whose start-up alone reserves gigabytes of
+  // address space and takes a second).
+  const bool cuda_usable =
+      choice != DeviceChoice::Cpu && built_with_cuda() && fieldfuse::cuda_device_count() > 0;
   if (choice == DeviceChoice::Cuda && !built_with_cuda()) {
     throw runtime_error("--device cuda: this fieldfuse was built without CUDA support");
   }

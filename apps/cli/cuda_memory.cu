@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // The few CUDA runtime services the app uses: streams, device memory and copies, all checked.
-#include "cuda_check.cuh"
+#include "core/cuda_launch.cuh"
 #include "cuda_memory.h"
 
 namespace fieldfuse::cli::cuda_memory {
 namespace {
 
+constexpr const char* kOp = "fieldfuse::cli::cuda_memory";
+
 std::string mebibytes(std::size_t bytes) {
   return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB";
+}
+
+// The core's check, with the call description built as a string (sizes in the message).
+void check_cuda(cudaError_t status, const std::string& call) {
+  fieldfuse::detail::cuda::check(status, kOp, call.c_str());
 }
 
 }  // namespace

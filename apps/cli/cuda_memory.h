@@ -3,7 +3,7 @@
 //
 // Keeping cuda_runtime.h out of this header lets host-only files use the GPU path without CUDA
 // include paths. Everything here exists only in builds with FIELDFUSE_APP_CUDA; every failure
-// throws a runtime CliError naming the call.
+// throws fieldfuse::Error (Runtime) naming the call.
 #pragma once
 
 #include <cstddef>

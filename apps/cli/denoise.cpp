@@ -8,14 +8,13 @@
 #include <filesystem>
 #include <iostream>
 
+#include "atomic_outputs.h"
 #include "backend.h"
 #include "cli_error.h"
 #include "denoise_options.h"
-#include "fieldfuse/core.h"
-#include "file_io.h"
-#include "flags.h"
-#include "json.h"
+#include "denoise_report.h"
 #include "metrics.h"
+#include "npy.h"
 #include "phantom.h"
 #include "preview.h"
 #include "solver.h"
@@ -79,12 +78,6 @@ Inputs load_inputs(const DenoiseOptions& options) {
   return inputs;
 }
 
-// The solver works on (v − offset) / scale, which makes λ and eps independent of the data's units.
-struct Normalisation {
-  double offset = 0.0;
-  double scale = 1.0;
-};
-
 Normalisation normalisation_for(const Volume& noisy) {
   const IntensityRange robust = quantile_range(noisy.voxels, kRobustLow, kRobustHigh);
   Normalisation n;
@@ -100,12 +93,6 @@ Volume transformed(const Volume& volume, double multiply, double add) {
   for (float& v : out.voxels) v = static_cast<float>(v * multiply + add);
   return out;
 }
-
-struct Metrics {
-  double data_range = 0.0;
-  double psnr_noisy = 0.0, psnr_denoised = 0.0;
-  double ssim_noisy = 0.0, ssim_denoised = 0.0;
-};
 
 // The peak of PSNR and L of SSIM: the clean volume's range, or 1 for a constant one.
 double reference_range(const Volume& clean) {
@@ -132,101 +119,22 @@ void print_progress(const ProgressReport& report, std::int64_t max_iterations) {
   std::fflush(stdout);
 }
 
-struct Timings {
-  double load = 0.0, solve = 0.0, metrics = 0.0, write = 0.0, total = 0.0;
-};
-
-JsonObject build_report(const DenoiseOptions& options, const Inputs& inputs, const Backend& backend,
-                        const Normalisation& normalisation, const SolverOutcome& outcome,
-                        const Metrics* metrics, const Timings& timings) {
-  JsonObject input;
-  input.add("source", inputs.from_phantom ? "phantom" : "file");
-  if (inputs.from_phantom) {
-    JsonObject phantom;
-    phantom.add("kind", "modified Shepp-Logan 3-D")
-        .add("size", options.phantom_size)
-        .add("noise_sigma", options.noise_sigma)
-        .add("seed", static_cast<std::int64_t>(options.seed));
-    input.add("phantom", std::move(phantom));
-  } else {
-    input.add("path", inputs.source);
-  }
-  input.add("shape", inputs.noisy.shape());
-  if (inputs.has_clean) {
-    input.add("clean_reference", inputs.clean_source);
-  } else {
-    input.add_null("clean_reference");
-  }
-
-  JsonObject settings;
-  settings.add("tv", tv_kind_name(options.tv))
-      .add("lambda", options.lambda)
-      .add("eps", options.tv == TvKind::Isotropic ? options.eps : std::nan(""))
-      .add("max_iterations", options.iterations)
-      .add("tolerance", options.tolerance)
-      .add("device", backend.description())
-      .add("intensity_offset", normalisation.offset)
-      .add("intensity_scale", normalisation.scale);
-
-  JsonObject solver;
-  solver.add("method", outcome.method)
-      .add("iterations", outcome.iterations)
-      .add("converged", outcome.converged)
-      .add("objective_normalised", outcome.objective)
-      .add("restarts", outcome.restarts)
-      .add("distance_bound", outcome.distance_bound)
-      .add("step_size", outcome.step_size)
-      .add("duality_gap", outcome.gap);
-
-  JsonObject times;
-  times.add("load", timings.load)
-      .add("solve", timings.solve)
-      .add("metrics", timings.metrics)
-      .add("write", timings.write)
-      .add("total", timings.total);
-
-  JsonObject outputs;
-  outputs.add("volume", options.output + ".npy")
-      .add("preview", options.output + ".png")
-      .add("report", options.output + ".json");
-
-  JsonObject report;
-  report.add("fieldfuse_version", fieldfuse::build_info().version)
-      .add("command", "denoise")
-      .add("input", std::move(input))
-      .add("settings", std::move(settings))
-      .add("solver", std::move(solver));
-  if (metrics != nullptr) {
-    JsonObject scores;
-    scores.add("data_range", metrics->data_range)
-        .add("psnr_noisy", metrics->psnr_noisy)
-        .add("psnr_denoised", metrics->psnr_denoised)
-        .add("ssim_noisy", metrics->ssim_noisy)
-        .add("ssim_denoised", metrics->ssim_denoised);
-    report.add("metrics", std::move(scores));
-  } else {
-    report.add_null("metrics");
-  }
-  report.add("timings_s", std::move(times)).add("outputs", std::move(outputs));
-  return report;
-}
-
 }  // namespace
 
-int run_denoise(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    std::cout << denoise_help();
-    return 0;
-  }
+int run_denoise(const DenoiseOptions& options) {
   const Clock::time_point start = Clock::now();
-  const DenoiseOptions options = parse_denoise_options(args);
   check_output_directory(options.output);
-  Backend backend = Backend::create(options.device);
+  const std::vector<std::string> output_paths = {options.output + ".npy", options.output + ".png",
+                                                 options.output + ".json"};
+  refuse_outputs_that_are_inputs(
+      {{"--output", output_paths[0]}, {"--output", output_paths[1]}, {"--output", output_paths[2]}},
+      {{"--input", options.input}, {"--clean", options.clean}});
 
   Timings timings;
   Clock::time_point phase = Clock::now();
   const Inputs inputs = load_inputs(options);
   timings.load = seconds_since(phase);
+  Backend backend = Backend::create(options.device);
   const Normalisation normalisation = normalisation_for(inputs.noisy);
   const std::string label = inputs.from_phantom ? "phantom" : "'" + inputs.source + "'";
   std::printf("fieldfuse denoise: %s %s, tv=%s lambda=%g, on %s\n", label.c_str(),
@@ -261,21 +169,42 @@ int run_denoise(const std::vector<std::string>& args) {
   if (inputs.has_clean) metrics = score(inputs.noisy, denoised, inputs.clean);
   timings.metrics = seconds_since(phase);
 
+  // All three outputs land together or not at all (Note [atomic outputs]).
   phase = Clock::now();
-  save_volume_npy(options.output + ".npy", denoised);
   std::vector<const Volume*> rows = {&inputs.noisy, &denoised};
   if (inputs.has_clean) rows.push_back(&inputs.clean);
   const IntensityRange window =
       inputs.has_clean
           ? min_max(inputs.clean.voxels)
           : IntensityRange{normalisation.offset, normalisation.offset + normalisation.scale};
-  write_slice_preview(options.output + ".png", rows, window);
-  timings.write = seconds_since(phase);
+  DenoiseRecord record;
+  record.options = &options;
+  record.from_phantom = inputs.from_phantom;
+  record.shape = inputs.noisy.shape();
+  record.clean_source = inputs.has_clean ? inputs.clean_source : "";
+  record.device = backend.description();
+  record.normalisation = normalisation;
+  record.outcome = &outcome;
+  record.metrics = inputs.has_clean ? &metrics : nullptr;
+  record.outputs = output_paths;
+  AtomicOutputs outputs;
+  outputs.add(output_paths[0], [&](OutputStream& out) {
+    write_npy_float32(out, denoised.shape(), denoised.voxels.data());
+  });
+  outputs.add(output_paths[1], [&](OutputStream& out) {
+    const std::vector<std::uint8_t> png = encode_slice_preview(rows, window);
+    out.write(png.data(), png.size());
+  });
+  // Written last, so its timings cover the other two.
+  outputs.add(output_paths[2], [&](OutputStream& out) {
+    record.timings = timings;
+    record.timings.write = seconds_since(phase);
+    record.timings.total = seconds_since(start);
+    const std::string json = denoise_report_json(record);
+    out.write(json.data(), json.size());
+  });
+  outputs.commit();
   timings.total = seconds_since(start);
-  write_file_text(options.output + ".json",
-                  build_report(options, inputs, backend, normalisation, outcome,
-                               inputs.has_clean ? &metrics : nullptr, timings)
-                      .dump());
 
   std::printf("solver: %s, %lld iterations%s, %.2f s\n", outcome.method.c_str(),
               static_cast<long long>(outcome.iterations), outcome.converged ? " (converged)" : "",
@@ -285,8 +214,8 @@ int run_denoise(const std::vector<std::string>& args) {
                 metrics.psnr_denoised);
     std::printf("SSIM  noisy %.4f -> denoised %.4f\n", metrics.ssim_noisy, metrics.ssim_denoised);
   }
-  std::printf("wrote %s.npy, %s.png, %s.json (total %.2f s)\n", options.output.c_str(),
-              options.output.c_str(), options.output.c_str(), timings.total);
+  std::printf("wrote %s, %s, %s (total %.2f s)\n", output_paths[0].c_str(), output_paths[1].c_str(),
+              output_paths[2].c_str(), timings.total);
   return 0;
 }
 

@@ -1,19 +1,37 @@
 // SPDX-License-Identifier: Apache-2.0
-// Whole-file reads and writes that report failures as CliErrors naming the path and the reason.
+// Reading input files safely: regular files only, sized before anything is allocated, and every
+// failure an input error naming the path and the reason.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace fieldfuse::cli {
 
-/// Reads all of `path`; an input error (exit 3) names the path and the system's reason.
-std::vector<std::uint8_t> read_file_bytes(const std::string& path);
+/// A regular file opened for reading. Opening refuses anything else (a directory, a FIFO, a
+/// device such as /dev/zero) before reading a byte, so a reader can trust size() and check a
+/// header's promises against it before it allocates.
+class InputFile {
+ public:
+  /// Opens `path`; failures are input errors (exit 3) naming the path and the reason.
+  explicit InputFile(const std::string& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
 
-/// Creates or replaces `path`; a runtime error (exit 1) names the path and the reason.
-void write_file_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes);
-void write_file_text(const std::string& path, const std::string& text);
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }
+  /// The open descriptor, for libraries that read by descriptor (libtiff); owned by this object.
+  int fd() const { return fd_; }
+  /// Reads exactly `bytes` bytes at the current position; running out is an input error that
+  /// says the file is truncated, with `what` naming the part being read.
+  void read_exact(void* destination, std::uint64_t bytes, const char* what);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
 
 /// The lower-cased extension including the dot (".npy"), or "" when there is none.
 std::string lowercase_extension(const std::string& path);

@@ -8,22 +8,11 @@
 #include <vector>
 
 #include "cli_error.h"
+#include "command_line.h"
 #include "denoise.h"
 #include "fieldfuse/core.h"
 
 namespace {
-
-const char kUsage[] =
-    "usage: fieldfuse <command> [flags]\n"
-    "\n"
-    "Commands:\n"
-    "  denoise     total-variation denoising of a 3-D volume (CPU or CUDA)\n"
-    "\n"
-    "Flags:\n"
-    "  -h, --help  this text; 'fieldfuse <command> --help' describes a command\n"
-    "  --version   version and build facts\n"
-    "\n"
-    "Exit codes: 0 success, 1 runtime failure, 2 bad flags or values, 3 bad input file.\n";
 
 void print_version() {
   const fieldfuse::BuildInfo info = fieldfuse::build_info();
@@ -38,19 +27,21 @@ void print_version() {
 }
 
 int dispatch(const std::vector<std::string>& args, std::string& context) {
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::cout << kUsage;
-    return 0;
+  using fieldfuse::cli::CommandLine;
+  if (!args.empty() && args[0] == "denoise") context = "fieldfuse denoise";
+  CommandLine command_line;
+  command_line.parse(args);
+  switch (command_line.action()) {
+    case CommandLine::Action::Help:
+      std::cout << command_line.help();
+      return 0;
+    case CommandLine::Action::Version:
+      print_version();
+      return 0;
+    case CommandLine::Action::Denoise:
+      break;
   }
-  if (args[0] == "--version") {
-    print_version();
-    return 0;
-  }
-  if (args[0] == "denoise") {
-    context = "fieldfuse denoise";
-    return fieldfuse::cli::run_denoise(std::vector<std::string>(args.begin() + 1, args.end()));
-  }
-  throw fieldfuse::cli::usage_error("unknown command '" + args[0] + "' (see 'fieldfuse --help')");
+  return fieldfuse::cli::run_denoise(command_line.denoise_options());
 }
 
 }  // namespace

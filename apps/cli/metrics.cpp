@@ -6,7 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "parallel.h"
+#include "core/parallel.h"
+#include "ordered_sum.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -17,6 +18,8 @@ constexpr double kSsimK1 = 0.01;
 constexpr double kSsimK2 = 0.03;
 // The five local moments SSIM needs: E[x], E[y], E[x²], E[y²], E[xy].
 constexpr int kMoments = 5;
+// Work of one voxel of a filter pass, in the units parallel_for weighs (about one tap each).
+constexpr std::int64_t kTapsPerVoxel = kMoments * (2 * kSsimRadius + 1);
 
 std::vector<double> gaussian_taps() {
   std::vector<double> taps(2 * kSsimRadius + 1);
@@ -47,32 +50,34 @@ void filter_plane_moments(const float* x, const float* y, std::int64_t height, s
                           const std::vector<double>& taps, std::vector<double>& scratch,
                           double* out) {
   const std::int64_t plane = height * width;
-  parallel_for(height, [&](std::int64_t h) {  // along W
-    for (std::int64_t w = 0; w < width; ++w) {
-      double m[kMoments] = {};
-      for_each_tap(taps, w, width, [&](std::int64_t j, double weight) {
-        const double a = x[h * width + j];
-        const double b = y[h * width + j];
-        m[0] += weight * a;
-        m[1] += weight * b;
-        m[2] += weight * a * a;
-        m[3] += weight * b * b;
-        m[4] += weight * a * b;
+  fieldfuse::detail::parallel_for(
+      0, height, width * kTapsPerVoxel, [&](std::int64_t h) {  // along W
+        for (std::int64_t w = 0; w < width; ++w) {
+          double m[kMoments] = {};
+          for_each_tap(taps, w, width, [&](std::int64_t j, double weight) {
+            const double a = x[h * width + j];
+            const double b = y[h * width + j];
+            m[0] += weight * a;
+            m[1] += weight * b;
+            m[2] += weight * a * a;
+            m[3] += weight * b * b;
+            m[4] += weight * a * b;
+          });
+          for (int k = 0; k < kMoments; ++k)
+            scratch[static_cast<std::size_t>(k * plane + h * width + w)] = m[k];
+        }
       });
-      for (int k = 0; k < kMoments; ++k)
-        scratch[static_cast<std::size_t>(k * plane + h * width + w)] = m[k];
-    }
-  });
-  parallel_for(height, [&](std::int64_t h) {  // along H
-    for (int k = 0; k < kMoments; ++k) {
-      double* row = out + k * plane + h * width;
-      for (std::int64_t w = 0; w < width; ++w) row[w] = 0.0;
-      for_each_tap(taps, h, height, [&](std::int64_t j, double weight) {
-        const double* source = scratch.data() + k * plane + j * width;
-        for (std::int64_t w = 0; w < width; ++w) row[w] += weight * source[w];
+  fieldfuse::detail::parallel_for(
+      0, height, width * kTapsPerVoxel, [&](std::int64_t h) {  // along H
+        for (int k = 0; k < kMoments; ++k) {
+          double* row = out + k * plane + h * width;
+          for (std::int64_t w = 0; w < width; ++w) row[w] = 0.0;
+          for_each_tap(taps, h, height, [&](std::int64_t j, double weight) {
+            const double* source = scratch.data() + k * plane + j * width;
+            for (std::int64_t w = 0; w < width; ++w) row[w] += weight * source[w];
+          });
+        }
       });
-    }
-  });
 }
 
 }  // namespace
@@ -126,7 +131,7 @@ double ssim_3d(const Volume& estimate, const Volume& reference, double data_rang
     }
     const std::int64_t d = next - kSsimRadius;  // every plane d needs is filtered by now
     if (d < 0) continue;
-    parallel_for(height, [&](std::int64_t h) {
+    fieldfuse::detail::parallel_for(0, height, width * kTapsPerVoxel, [&](std::int64_t h) {
       double row_sum = 0.0;
       for (std::int64_t w = 0; w < width; ++w) {
         double m[kMoments] = {};

@@ -7,6 +7,7 @@
 // multiple of 64 bytes and ended by '\n', then the raw data.
 #include "npy.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <limits>
@@ -22,6 +23,9 @@ constexpr char kMagic[] = "\x93NUMPY";
 constexpr std::size_t kMagicBytes = 6;
 // numpy aligns the data start to 64 bytes so that memory-mapped arrays are aligned for SIMD.
 constexpr std::size_t kHeaderAlignment = 64;
+// numpy itself refuses headers over 10 000 bytes by default; a much larger cap still refuses a
+// length field that would have us allocate gigabytes for a "header".
+constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{1} << 20;
 
 // Reads the tiny subset of Python literal syntax that .npy headers use.
 class HeaderParser {
@@ -103,7 +107,8 @@ class HeaderParser {
 SampleFormat parse_descr(const std::string& descr, const std::string& source) {
   const auto unsupported = [&](const std::string& why) {
     return input_error("'" + source + "' has dtype '" + descr + "', which is not supported (" +
-                       why + "); use a float, integer or bool array");
+                       why + "); accepted: bool, int8-int64, uint8-uint64, float16, float32, " +
+                       "float64, either byte order");
   };
   if (descr.size() < 3) throw unsupported("unrecognised descriptor");
   const char order = descr[0];
@@ -113,18 +118,19 @@ SampleFormat parse_descr(const std::string& descr, const std::string& source) {
     if (!std::isdigit(static_cast<unsigned char>(descr[i])))
       throw unsupported("unrecognised descriptor");
     bytes = bytes * 10 + (descr[i] - '0');
-    if (bytes > 16) throw unsupported("unrecognised size");
+    if (bytes > 64) throw unsupported("unrecognised size");
   }
-  if (order == '>' && bytes > 1) throw unsupported("big-endian data");
-  if (order != '<' && order != '|' && order != '=' && order != '>') {
-    throw unsupported("unrecognised byte order");
+  if (order != '<' && order != '>' && order != '|' && order != '=') {
+    throw unsupported("unrecognised byte order '" + std::string(1, order) + "'");
   }
   SampleFormat format;
   format.bytes = bytes;
-  format.big_endian = false;
+  // '=' is the writer's native order; numpy writes '<' or '>' explicitly, so '=' is rare.
+  format.big_endian = order == '>' || (order == '=' && kHostBigEndian);
   switch (code) {
     case 'f':
       format.kind = SampleKind::Float;
+      if (bytes > 8) throw unsupported("extended-precision floats are not read");
       break;
     case 'i':
       format.kind = SampleKind::SignedInt;
@@ -133,11 +139,23 @@ SampleFormat parse_descr(const std::string& descr, const std::string& source) {
     case 'b':  // numpy bools are one byte holding 0 or 1
       format.kind = SampleKind::UnsignedInt;
       break;
+    case 'c':
+      // Note [complex input]: denoising here means TV on real intensities; picking a part (real,
+      // imaginary, magnitude, phase) silently would be a guess, so the user chooses.
+      throw unsupported(
+          "complex values: the denoiser works on real intensities; save np.abs(a), a.real or "
+          "np.angle(a) as a real array and denoise that");
     default:
-      throw unsupported("only bool, integer and float kinds are read");
+      throw unsupported("not a numeric dtype");
   }
   if (!is_supported(format)) throw unsupported("unsupported sample size");
   return format;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
 }
 
 // Element count of `shape`, or an input error when it overflows what can be addressed.
@@ -178,58 +196,116 @@ std::uint32_t read_le(const std::uint8_t* p, int bytes) {
   return value;
 }
 
-}  // namespace
-
-NpyArray parse_npy(const std::vector<std::uint8_t>& bytes, const std::string& source_name) {
-  if (bytes.size() < kMagicBytes + 4 || std::memcmp(bytes.data(), kMagic, kMagicBytes) != 0) {
-    throw input_error("'" + source_name + "' is not a .npy file (missing the \\x93NUMPY magic)");
+// An in-memory .npy, read through the same interface as an InputFile.
+class MemorySource {
+ public:
+  explicit MemorySource(const std::vector<std::uint8_t>& bytes) : bytes_(bytes) {}
+  std::uint64_t size() const { return bytes_.size(); }
+  void read_exact(void* destination, std::uint64_t bytes, const char* what,
+                  const std::string& name) {
+    if (bytes > bytes_.size() - position_) {
+      throw input_error("'" + name + "' is truncated inside " + what);
+    }
+    std::memcpy(destination, bytes_.data() + position_, bytes);
+    position_ += bytes;
   }
-  const int major = bytes[6];
+
+ private:
+  const std::vector<std::uint8_t>& bytes_;
+  std::uint64_t position_ = 0;
+};
+
+// Adapts InputFile to MemorySource's read_exact signature.
+struct FileSource {
+  InputFile& file;
+  std::uint64_t size() const { return file.size(); }
+  void read_exact(void* destination, std::uint64_t bytes, const char* what, const std::string&) {
+    file.read_exact(destination, bytes, what);
+  }
+};
+
+// Reads the header first and checks every promise it makes against the file's size, so nothing
+// is allocated for data that is not there (a 10-byte file cannot claim a gigabyte).
+template <class Source>
+NpyArray read_npy_from(Source& source, const std::string& name) {
+  std::uint8_t preamble[12] = {};
+  if (source.size() < kMagicBytes + 4) {
+    throw input_error("'" + name + "' is not a .npy file (missing the \\x93NUMPY magic)");
+  }
+  source.read_exact(preamble, kMagicBytes + 2, "its preamble", name);
+  if (std::memcmp(preamble, kMagic, kMagicBytes) != 0) {
+    throw input_error("'" + name + "' is not a .npy file (missing the \\x93NUMPY magic)");
+  }
+  const int major = preamble[6];
   if (major < 1 || major > 3) {
-    throw input_error("'" + source_name + "' uses .npy format version " + std::to_string(major) +
+    throw input_error("'" + name + "' uses .npy format version " + std::to_string(major) +
                       ", expected 1, 2 or 3");
   }
   const int length_bytes = major == 1 ? 2 : 4;
-  const std::size_t header_start = 8 + length_bytes;
-  if (bytes.size() < header_start) throw input_error("'" + source_name + "' is truncated");
-  const std::size_t header_length = read_le(bytes.data() + 8, length_bytes);
-  if (bytes.size() < header_start + header_length) {
-    throw input_error("'" + source_name + "' is truncated inside its header");
+  source.read_exact(preamble + 8, static_cast<std::uint64_t>(length_bytes), "its header", name);
+  const std::uint64_t header_start = 8 + static_cast<std::uint64_t>(length_bytes);
+  const std::uint64_t header_length = read_le(preamble + 8, length_bytes);
+  if (header_length > kMaxHeaderBytes) {
+    throw input_error("'" + name + "' claims a " + std::to_string(header_length) +
+                      "-byte header; .npy headers are a short dict (at most " +
+                      std::to_string(kMaxHeaderBytes) + " bytes are read)");
   }
-  HeaderParser header(
-      std::string(bytes.begin() + header_start, bytes.begin() + header_start + header_length),
-      source_name);
-  const SampleFormat format = parse_descr(header.string_value("descr"), source_name);
+  std::string header_text(static_cast<std::size_t>(header_length), '\0');
+  source.read_exact(header_text.data(), header_length, "its header", name);
+  HeaderParser header(std::move(header_text), name);
+  const SampleFormat format = parse_descr(header.string_value("descr"), name);
   const bool fortran_order = header.bool_value("fortran_order");
   NpyArray array;
   array.shape = header.tuple_value("shape");
 
-  const std::int64_t count = checked_element_count(array.shape, format.bytes, source_name);
-  const std::size_t data_start = header_start + header_length;
+  const std::int64_t count = checked_element_count(array.shape, format.bytes, name);
+  const std::uint64_t data_start = header_start + header_length;
   const std::uint64_t data_bytes = static_cast<std::uint64_t>(count) * format.bytes;
-  if (bytes.size() - data_start < data_bytes) {
-    throw input_error("'" + source_name + "' is truncated: its shape needs " +
-                      std::to_string(data_bytes) + " data bytes, but the file holds " +
-                      std::to_string(bytes.size() - data_start));
+  const std::uint64_t held = source.size() - data_start;
+  if (held < data_bytes) {
+    throw input_error("'" + name + "' is truncated: its shape " + shape_text(array.shape) + " of " +
+                      sample_type_name(format) + " needs " + std::to_string(data_bytes) +
+                      " data bytes, but the file holds " + std::to_string(held));
+  }
+  if (held > data_bytes) {
+    throw input_error("'" + name + "' has " + std::to_string(held - data_bytes) +
+                      " bytes after the data its header describes (shape " +
+                      shape_text(array.shape) + ", " + sample_type_name(format) +
+                      "); its size does not match its header");
   }
   array.values.resize(static_cast<std::size_t>(count));
-  decode_samples(bytes.data() + data_start, count, format, array.values.data());
+  // Decode in chunks so the raw bytes never need a second whole-volume buffer.
+  constexpr std::int64_t kChunkSamples = std::int64_t{1} << 18;
+  std::vector<std::uint8_t> chunk(
+      static_cast<std::size_t>(std::min<std::int64_t>(count, kChunkSamples) * format.bytes));
+  for (std::int64_t first = 0; first < count; first += kChunkSamples) {
+    const std::int64_t samples = std::min(kChunkSamples, count - first);
+    source.read_exact(chunk.data(), static_cast<std::uint64_t>(samples * format.bytes), "its data",
+                      name);
+    decode_samples(chunk.data(), samples, format, array.values.data() + first);
+  }
   if (fortran_order && array.shape.size() > 1) {
     array.values = fortran_to_c_order(array.values, array.shape);
   }
   return array;
 }
 
-NpyArray read_npy(const std::string& path) { return parse_npy(read_file_bytes(path), path); }
+}  // namespace
 
-std::vector<std::uint8_t> encode_npy_float32(const std::vector<std::int64_t>& shape,
-                                             const float* values) {
+NpyArray parse_npy(const std::vector<std::uint8_t>& bytes, const std::string& source_name) {
+  MemorySource source(bytes);
+  return read_npy_from(source, source_name);
+}
+
+NpyArray read_npy(const std::string& path) {
+  InputFile file(path);
+  FileSource source{file};
+  return read_npy_from(source, path);
+}
+
+std::string npy_float32_header(const std::vector<std::int64_t>& shape) {
   std::string shape_text = "(";
-  std::int64_t count = 1;
-  for (const std::int64_t extent : shape) {
-    shape_text += std::to_string(extent) + ", ";
-    count *= extent;
-  }
+  for (const std::int64_t extent : shape) shape_text += std::to_string(extent) + ", ";
   // A one-element Python tuple needs its trailing comma; others read better without.
   if (shape.size() > 1)
     shape_text.resize(shape_text.size() - 2);
@@ -244,23 +320,48 @@ std::vector<std::uint8_t> encode_npy_float32(const std::vector<std::int64_t>& sh
   header.append(padded - preamble - header.size() - 1, ' ');
   header += '\n';
 
-  std::vector<std::uint8_t> bytes(kMagic, kMagic + kMagicBytes);
-  bytes.push_back(1);  // format version 1.0: the header fits in 65535 bytes
-  bytes.push_back(0);
-  bytes.push_back(static_cast<std::uint8_t>(header.size() & 0xff));
-  bytes.push_back(static_cast<std::uint8_t>(header.size() >> 8));
-  bytes.insert(bytes.end(), header.begin(), header.end());
+  std::string file(kMagic, kMagicBytes);
+  file += '\x01';  // format version 1.0: the header fits in 65535 bytes
+  file += '\x00';
+  file += static_cast<char>(header.size() & 0xff);
+  file += static_cast<char>(header.size() >> 8);
+  return file + header;
+}
+
+void write_npy_float32(OutputStream& out, const std::vector<std::int64_t>& shape,
+                       const float* values) {
+  const std::string header = npy_float32_header(shape);
+  out.write(header.data(), header.size());
+  std::int64_t count = 1;
+  for (const std::int64_t extent : shape) count *= extent;
+  // '<f4' is little-endian: copy host floats as they are, or byte-swapped on a big-endian host.
+  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+  std::vector<std::uint8_t> chunk;
+  for (std::int64_t first = 0; first < count; first += kChunk) {
+    const std::int64_t n = std::min(kChunk, count - first);
+    chunk.resize(static_cast<std::size_t>(n) * sizeof(float));
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &values[first + i], sizeof(bits));
+      for (int b = 0; b < 4; ++b)
+        chunk[static_cast<std::size_t>(4 * i + b)] = static_cast<std::uint8_t>(bits >> (8 * b));
+    }
+    out.write(chunk.data(), chunk.size());
+  }
+}
+
+std::vector<std::uint8_t> encode_npy_float32(const std::vector<std::int64_t>& shape,
+                                             const float* values) {
+  const std::string header = npy_float32_header(shape);
+  std::vector<std::uint8_t> bytes(header.begin(), header.end());
+  std::int64_t count = 1;
+  for (const std::int64_t extent : shape) count *= extent;
   for (std::int64_t i = 0; i < count; ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, &values[i], sizeof(bits));
     for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<std::uint8_t>(bits >> (8 * b)));
   }
   return bytes;
-}
-
-void write_npy_float32(const std::string& path, const std::vector<std::int64_t>& shape,
-                       const float* values) {
-  write_file_bytes(path, encode_npy_float32(shape, values));
 }
 
 }  // namespace fieldfuse::cli

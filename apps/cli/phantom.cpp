@@ -3,9 +3,10 @@
 #include "phantom.h"
 
 #include <cmath>
+#include <iterator>
 #include <random>
 
-#include "parallel.h"
+#include "core/parallel.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -65,7 +66,9 @@ double head_intensity(double x, double y, double z) {
 
 Volume shepp_logan_3d(std::int64_t size) {
   Volume volume(size, size, size);
-  parallel_for(size, [&](std::int64_t d) {
+  // Each voxel tests every ellipsoid: weigh a plane's work accordingly.
+  const std::int64_t plane_work = size * size * static_cast<std::int64_t>(std::size(kHead));
+  fieldfuse::detail::parallel_for(0, size, plane_work, [&](std::int64_t d) {
     const double z = voxel_coordinate(d, size);
     for (std::int64_t h = 0; h < size; ++h) {
       const double y = -voxel_coordinate(h, size);  // row 0 is the top of the image

@@ -13,7 +13,6 @@
 #include <limits>
 
 #include "cli_error.h"
-#include "file_io.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -116,11 +115,6 @@ std::vector<std::uint8_t> encode_png_gray8(std::int64_t width, std::int64_t heig
   append_chunk(png, "IDAT", zlib_stored(scanlines));
   append_chunk(png, "IEND", {});
   return png;
-}
-
-void write_png_gray8(const std::string& path, std::int64_t width, std::int64_t height,
-                     const std::uint8_t* pixels) {
-  write_file_bytes(path, encode_png_gray8(width, height, pixels));
 }
 
 }  // namespace fieldfuse::cli

@@ -20,7 +20,4 @@ std::uint32_t adler32(const std::uint8_t* data, std::size_t size);
 std::vector<std::uint8_t> encode_png_gray8(std::int64_t width, std::int64_t height,
                                            const std::uint8_t* pixels);
 
-void write_png_gray8(const std::string& path, std::int64_t width, std::int64_t height,
-                     const std::uint8_t* pixels);
-
 }  // namespace fieldfuse::cli

@@ -51,8 +51,8 @@ float panel_voxel(const Volume& v, int column, std::int64_t row, std::int64_t co
 
 }  // namespace
 
-void write_slice_preview(const std::string& path, const std::vector<const Volume*>& rows,
-                         const IntensityRange& window) {
+std::vector<std::uint8_t> encode_slice_preview(const std::vector<const Volume*>& rows,
+                                               const IntensityRange& window) {
   const Volume& first = *rows.front();
   std::int64_t column_left[kColumns];
   std::int64_t image_width = 0;
@@ -81,7 +81,7 @@ void write_slice_preview(const std::string& path, const std::vector<const Volume
       }
     }
   }
-  write_png_gray8(path, image_width, image_height, pixels.data());
+  return encode_png_gray8(image_width, image_height, pixels.data());
 }
 
 }  // namespace fieldfuse::cli

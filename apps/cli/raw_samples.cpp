@@ -33,6 +33,7 @@ float bits_to_float(std::uint64_t bits, const SampleFormat& format) {
     case SampleKind::Float:
       break;
   }
+  if (format.bytes == 2) return half_to_float(static_cast<std::uint16_t>(bits));
   if (format.bytes == 4) {
     const auto narrow = static_cast<std::uint32_t>(bits);
     float value;
@@ -46,8 +47,38 @@ float bits_to_float(std::uint64_t bits, const SampleFormat& format) {
 
 }  // namespace
 
+float half_to_float(std::uint16_t bits) {
+  // binary16: 1 sign bit, 5 exponent bits (bias 15), 10 fraction bits. Every value is exact in
+  // float32 (bias 127, 23 fraction bits), so only the fields move.
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits >> 15) << 31;
+  const std::uint32_t exponent = (bits >> 10) & 0x1f;
+  std::uint32_t fraction = bits & 0x3ff;
+  std::uint32_t out;
+  if (exponent == 0x1f) {
+    out = sign | 0x7f800000u | (fraction << 13);  // infinity or NaN (payload kept)
+  } else if (exponent != 0) {
+    out = sign | ((exponent + 127 - 15) << 23) | (fraction << 13);
+  } else if (fraction == 0) {
+    out = sign;  // signed zero
+  } else {
+    // Subnormal: value = fraction * 2^-24; normalise it for float32.
+    int shift = 0;
+    while ((fraction & 0x400) == 0) {
+      fraction <<= 1;
+      ++shift;
+    }
+    out = sign | (static_cast<std::uint32_t>(127 - 15 + 1 - shift) << 23) |
+          ((fraction & 0x3ff) << 13);
+  }
+  float value;
+  std::memcpy(&value, &out, sizeof(value));
+  return value;
+}
+
 bool is_supported(const SampleFormat& format) {
-  if (format.kind == SampleKind::Float) return format.bytes == 4 || format.bytes == 8;
+  if (format.kind == SampleKind::Float) {
+    return format.bytes == 2 || format.bytes == 4 || format.bytes == 8;
+  }
   return format.bytes == 1 || format.bytes == 2 || format.bytes == 4 || format.bytes == 8;
 }
 

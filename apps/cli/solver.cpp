@@ -23,8 +23,9 @@
 #include <limits>
 #include <utility>
 
+#include "cli_error.h"
 #include "metrics.h"
-#include "parallel.h"
+#include "ordered_sum.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -95,6 +96,30 @@ class Problem {
   TvTerm tv_;
 };
 
+// Note [no silent NaN]
+// Float32 arithmetic overflows for extreme inputs (lambda near 1e30, intensities spanning 1e38):
+// λ·∇TV becomes infinite and the iterates NaN. Every reduction the solvers take anyway covers all
+// voxels, so a non-finite sum is how such a run shows itself; it stops the solver with an error
+// rather than handing back a NaN volume as a result.
+void require_finite(double value, const char* what, std::int64_t iteration, const char* method) {
+  if (std::isfinite(value)) return;
+  throw runtime_error(std::string(method) + " produced a non-finite " + what + " at iteration " +
+                      std::to_string(iteration) +
+                      ": lambda or the input's intensities are too extreme for the float32 "
+                      "solver (try a smaller --lambda, or rescale the input)");
+}
+
+// The volumes handed to the solver must be finite: a NaN would spread to every voxel it touches.
+void require_finite_volume(const Volume& volume, const char* name) {
+  std::int64_t count = 0;
+  const std::int64_t first = find_non_finite(volume.voxels, &count);
+  if (first < 0) return;
+  throw input_error(std::string("solve_tv_denoising(): the ") + name + " volume has " +
+                    std::to_string(count) + " non-finite value" + (count == 1 ? "" : "s") +
+                    " (the first at flat index " + std::to_string(first) +
+                    "); the solver needs finite values");
+}
+
 bool progress_due(const SolverSettings& settings, std::int64_t iteration, bool last) {
   return settings.progress_every > 0 && (last || iteration % settings.progress_every == 0);
 }
@@ -119,6 +144,7 @@ SolverOutcome run_fista(Problem& problem, const SolverSettings& settings,
         backend.run(count, GradientStepArgs{extrapolated.floats(), problem.noisy(),
                                             tv_gradient.floats(), current.floats(), next.floats(),
                                             static_cast<float>(outcome.step_size)});
+    require_finite(sums.first + sums.second, "gradient step", k, "FISTA");
     // Restart when the step goes against the gradient at the extrapolated point.
     double momentum = 0.0;
     if (sums.first > 0.0) {
@@ -144,6 +170,7 @@ SolverOutcome run_fista(Problem& problem, const SolverSettings& settings,
     if (outcome.converged) break;
   }
   outcome.objective = problem.objective(current.floats());
+  require_finite(outcome.objective, "objective", outcome.iterations, "FISTA");
   problem.download(current.floats(), denoised);
   return outcome;
 }
@@ -157,13 +184,17 @@ SolverOutcome run_frank_wolfe(Problem& problem, const SolverSettings& settings,
   outcome.step_size = kNaN;
 
   Buffer current = problem.new_volume_copy_of_noisy();  // x(p) for p = 0
-  Buffer best = backend.allocate_floats(count);
+  // Always holds a feasible iterate (the first one until a better certificate comes), so the
+  // returned volume is never uninitialised memory.
+  Buffer best = problem.new_volume_copy_of_noisy();
   Buffer tv_gradient = backend.allocate_floats(count);
   double best_gap = std::numeric_limits<double>::infinity();
+  const char* const method = "Frank-Wolfe";
   for (std::int64_t k = 0;; ++k) {
     problem.tv().gradient(current.floats(), tv_gradient.floats());
     const PairSum sums = backend.run(
         count, FrankWolfeSumsArgs{current.floats(), problem.noisy(), tv_gradient.floats()});
+    require_finite(sums.first + sums.second, "duality gap", k, method);
     const double gap = sums.first;
     // The gap is not monotone; keep the iterate with the best certificate.
     if (gap < best_gap) {
@@ -187,6 +218,7 @@ SolverOutcome run_frank_wolfe(Problem& problem, const SolverSettings& settings,
   outcome.gap = best_gap;
   outcome.distance_bound = std::sqrt(2.0 * std::max(best_gap, 0.0)) / problem.noisy_norm();
   outcome.objective = problem.objective(best.floats());
+  require_finite(outcome.objective, "objective", outcome.iterations, method);
   problem.download(best.floats(), denoised);
   return outcome;
 }
@@ -196,6 +228,8 @@ SolverOutcome run_frank_wolfe(Problem& problem, const SolverSettings& settings,
 SolverOutcome solve_tv_denoising(Backend& backend, const SolverSettings& settings,
                                  const Volume& noisy, const Volume* clean, double psnr_data_range,
                                  const ProgressFn& progress, Volume& denoised) {
+  require_finite_volume(noisy, "noisy");
+  if (clean != nullptr) require_finite_volume(*clean, "clean");
   denoised = Volume(noisy.depth, noisy.height, noisy.width);
   Problem problem(backend, settings, noisy, clean, psnr_data_range);
   if (settings.kind == TvKind::L1) return run_frank_wolfe(problem, settings, progress, denoised);

@@ -45,8 +45,11 @@ struct SolverOutcome {
   double step_size = 0.0;  ///< FISTA: 1/L; NaN otherwise
 };
 
-/// Denoises `noisy` into `denoised` (resized to match). `clean`, when not null, is used only for
-/// the PSNR in progress reports, with `psnr_data_range` as the peak.
+/// Denoises `noisy` into `denoised` (resized to match, always written on success). `clean`, when
+/// not null, is used only for the PSNR in progress reports, with `psnr_data_range` as the peak.
+/// A non-finite voxel in `noisy` or `clean` is an input CliError (exit 3); a run whose float32
+/// arithmetic overflows (extreme lambda or intensities) is a runtime CliError (exit 1), never a
+/// NaN result (Note [no silent NaN] in solver.cpp).
 SolverOutcome solve_tv_denoising(Backend& backend, const SolverSettings& settings,
                                  const Volume& noisy, const Volume* clean, double psnr_data_range,
                                  const ProgressFn& progress, Volume& denoised);

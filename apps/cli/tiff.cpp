@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// A minimal baseline TIFF reader: uncompressed, single-channel strips; pages stack into a volume.
+// TIFF stacks through libtiff: every page of a file becomes one slice of a [pages, height, width]
+// float32 volume, with the file's claims checked against its size before anything is allocated.
 //
-// Layout (TIFF 6.0, section 2): an 8-byte header ("II" or "MM", the number 42, the offset of the
-// first image file directory), then a chain of IFDs. Each IFD is a 2-byte entry count, 12-byte
-// entries (tag, field type, value count, and the value itself when it fits in 4 bytes or else
-// its offset), and the 4-byte offset of the next IFD (0 ends the chain).
+// Two passes over the directories: the first reads only tags and checks each page's claims against
+// the file's size (Note [claims before allocation]); the second allocates the whole stack once and
+// decodes strips or tiles straight into it through libtiff, which undoes compression, predictors
+// and the file's byte order.
 #include "tiff.h"
 
+#include <tiffio.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <map>
-#include <set>
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+#include <memory>
 
 #include "cli_error.h"
 #include "file_io.h"
@@ -17,276 +23,298 @@
 namespace fieldfuse::cli {
 namespace {
 
-// Tag numbers from TIFF 6.0 section 8 (baseline) and section 19 (SampleFormat).
-enum Tag : std::uint16_t {
-  kNewSubfileType = 254,
-  kImageWidth = 256,
-  kImageLength = 257,
-  kBitsPerSample = 258,
-  kCompression = 259,
-  kPhotometricInterpretation = 262,
-  kStripOffsets = 273,
-  kSamplesPerPixel = 277,
-  kRowsPerStrip = 278,
-  kStripByteCounts = 279,
-  kPlanarConfiguration = 284,
-  kPredictor = 317,
-  kTileWidth = 322,
-  kSampleFormat = 339,
+// libtiff reports through callbacks; keep the first error for the exception.
+struct Diagnostics {
+  std::string first_error;
 };
 
-constexpr std::uint16_t kClassicTiffVersion = 42;
-constexpr std::uint16_t kBigTiffVersion = 43;
-constexpr std::uint32_t kCompressionNone = 1;
-constexpr std::uint32_t kPhotometricPalette = 3;
-constexpr std::uint32_t kSubfileReducedResolution = 1;  // NewSubfileType bit 0: a thumbnail
-constexpr std::uint32_t kSampleFormatUnsigned = 1;
-constexpr std::uint32_t kSampleFormatSigned = 2;
-constexpr std::uint32_t kSampleFormatFloat = 3;
-constexpr std::size_t kEntryBytes = 12;
-
-// Bytes per value of each TIFF 6.0 field type (1..12); 0 marks types this reader cannot size.
-int field_type_bytes(std::uint16_t type) {
-  static constexpr int kBytes[] = {0, 1, 1, 2, 4, 8, 1, 1, 2, 4, 8, 4, 8};
-  return type < sizeof(kBytes) / sizeof(kBytes[0]) ? kBytes[type] : 0;
+int on_error(TIFF*, void* user_data, const char* module, const char* format, va_list args) {
+  auto* diagnostics = static_cast<Diagnostics*>(user_data);
+  if (diagnostics->first_error.empty()) {
+    char text[512];
+    std::vsnprintf(text, sizeof(text), format, args);
+    diagnostics->first_error = std::string(module != nullptr ? module : "libtiff") + ": " + text;
+  }
+  return 1;  // handled: libtiff prints nothing
 }
 
-// Bounds-checked reads in the file's byte order.
-class TiffBytes {
- public:
-  TiffBytes(const std::vector<std::uint8_t>& bytes, std::string source)
-      : bytes_(bytes), source_(std::move(source)) {}
-
-  const std::string& source() const { return source_; }
-  std::size_t size() const { return bytes_.size(); }
-  bool big_endian() const { return big_endian_; }
-  void set_big_endian(bool big_endian) { big_endian_ = big_endian; }
-
-  void require(std::uint64_t offset, std::uint64_t length, const char* what) const {
-    if (offset > bytes_.size() || length > bytes_.size() - offset) {
-      fail(std::string("is truncated: ") + what + " lies past the end of the file");
-    }
-  }
-  std::uint32_t unsigned_at(std::uint64_t offset, int bytes) const {
-    require(offset, static_cast<std::uint64_t>(bytes), "a field");
-    std::uint32_t value = 0;
-    for (int b = 0; b < bytes; ++b) {
-      const int shift = 8 * (big_endian_ ? bytes - 1 - b : b);
-      value |= static_cast<std::uint32_t>(bytes_[offset + b]) << shift;
-    }
-    return value;
-  }
-  std::uint16_t u16(std::uint64_t offset) const {
-    return static_cast<std::uint16_t>(unsigned_at(offset, 2));
-  }
-  std::uint32_t u32(std::uint64_t offset) const { return unsigned_at(offset, 4); }
-  const std::uint8_t* data(std::uint64_t offset) const { return bytes_.data() + offset; }
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw input_error("TIFF file '" + source_ + "' " + what);
-  }
-
- private:
-  const std::vector<std::uint8_t>& bytes_;
-  std::string source_;
-  bool big_endian_ = false;
-};
-
-// One IFD entry, with its values read as unsigned integers (all the tags used here are).
-struct Field {
-  std::uint16_t type = 0;
-  std::vector<std::uint32_t> values;
-};
-
-Field read_field(const TiffBytes& file, std::uint64_t entry_offset) {
-  Field field;
-  field.type = file.u16(entry_offset + 2);
-  const std::uint32_t count = file.u32(entry_offset + 4);
-  const int bytes = field_type_bytes(field.type);
-  if (bytes == 0 || field.type == 5 || field.type == 10 || field.type == 11 || field.type == 12) {
-    // Rationals and floats never carry the structural tags this reader needs; skip their values.
-    return field;
-  }
-  const std::uint64_t total = static_cast<std::uint64_t>(count) * bytes;
-  const std::uint64_t values_offset = total <= 4 ? entry_offset + 8 : file.u32(entry_offset + 8);
-  file.require(values_offset, total, "a tag's values");
-  field.values.resize(count);
-  for (std::uint32_t i = 0; i < count; ++i) {
-    field.values[i] =
-        file.unsigned_at(values_offset + static_cast<std::uint64_t>(i) * bytes, bytes);
-  }
-  return field;
+int on_warning(TIFF*, void*, const char*, const char*, va_list) {
+  return 1;  // unknown private tags and the like: harmless for reading pixels
 }
 
-// The tags of one page that decide how to read it.
-struct PageLayout {
+struct TiffCloser {
+  void operator()(TIFF* tif) const { TIFFClose(tif); }
+};
+using TiffHandle = std::unique_ptr<TIFF, TiffCloser>;
+
+// What the first pass learns about one full-resolution page.
+struct Page {
+  tdir_t directory = 0;
   std::uint32_t width = 0;
   std::uint32_t height = 0;
   SampleFormat sample;
-  std::uint32_t rows_per_strip = 0;
-  std::vector<std::uint32_t> strip_offsets;
-  std::vector<std::uint32_t> strip_byte_counts;
-  bool reduced_resolution = false;
 };
 
-std::uint32_t single_value(const TiffBytes& file, const std::map<std::uint16_t, Field>& fields,
-                           std::uint16_t tag, const char* name, std::uint32_t fallback,
-                           bool required) {
-  const auto it = fields.find(tag);
-  if (it == fields.end() || it->second.values.empty()) {
-    if (required) file.fail(std::string("lacks the required ") + name + " tag");
-    return fallback;
-  }
-  // Per-sample tags repeat their value for each sample; with one sample the first is the value.
-  return it->second.values.front();
-}
+class Reader {
+ public:
+  explicit Reader(const std::string& path) : file_(path) {}
 
-SampleFormat sample_format_of(const TiffBytes& file, std::uint32_t bits, std::uint32_t code) {
-  SampleFormat sample;
-  sample.big_endian = file.big_endian();
-  sample.bytes = static_cast<int>(bits / 8);
-  switch (code) {
-    case kSampleFormatUnsigned:
-      sample.kind = SampleKind::UnsignedInt;
-      break;
-    case kSampleFormatSigned:
-      sample.kind = SampleKind::SignedInt;
-      break;
-    case kSampleFormatFloat:
-      sample.kind = SampleKind::Float;
-      break;
-    default:
-      file.fail("has SampleFormat " + std::to_string(code) +
-                ", which is not supported (expected 1 = unsigned, 2 = signed or 3 = float)");
+  TiffStack read() {
+    check_magic();
+    open();
+    const std::vector<Page> pages = scan_pages();
+    return decode(pages);
   }
-  const bool int_ok = sample.kind != SampleKind::Float && (bits == 8 || bits == 16 || bits == 32);
-  const bool float_ok = sample.kind == SampleKind::Float && (bits == 32 || bits == 64);
-  if (!int_ok && !float_ok) {
-    file.fail("has " + std::to_string(bits) + "-bit samples of that SampleFormat, which are not " +
-              "supported (expected 8/16/32-bit integers or 32/64-bit floats)");
-  }
-  return sample;
-}
 
-PageLayout read_page_layout(const TiffBytes& file, std::uint64_t ifd_offset,
-                            std::uint64_t* next_ifd_offset) {
-  const std::uint16_t entry_count = file.u16(ifd_offset);
-  file.require(ifd_offset + 2, entry_count * kEntryBytes + 4, "an image file directory");
-  std::map<std::uint16_t, Field> fields;
-  for (std::uint16_t e = 0; e < entry_count; ++e) {
-    const std::uint64_t entry_offset = ifd_offset + 2 + e * kEntryBytes;
-    fields[file.u16(entry_offset)] = read_field(file, entry_offset);
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw input_error("'" + file_.path() + "' " + what);
   }
-  *next_ifd_offset = file.u32(ifd_offset + 2 + entry_count * kEntryBytes);
-
-  const auto value = [&](std::uint16_t tag, const char* name, std::uint32_t fallback) {
-    return single_value(file, fields, tag, name, fallback, /*required=*/false);
-  };
-  PageLayout page;
-  page.reduced_resolution =
-      (value(kNewSubfileType, "NewSubfileType", 0) & kSubfileReducedResolution) != 0;
-  page.width = single_value(file, fields, kImageWidth, "ImageWidth", 0, /*required=*/true);
-  page.height = single_value(file, fields, kImageLength, "ImageLength", 0, /*required=*/true);
-  if (page.width == 0 || page.height == 0) file.fail("has an empty page (width or length 0)");
-
-  const std::uint32_t compression = value(kCompression, "Compression", kCompressionNone);
-  if (compression != kCompressionNone) {
-    file.fail("is compressed (Compression = " + std::to_string(compression) +
-              "), which is not supported; save it uncompressed");
+  [[noreturn]] void fail_libtiff(const std::string& what) const {
+    fail(what + (diagnostics_.first_error.empty() ? "" : " (" + diagnostics_.first_error + ")"));
   }
-  if (fields.count(kTileWidth) != 0)
-    file.fail("is tiled, which is not supported; save it in strips");
-  const std::uint32_t samples_per_pixel = value(kSamplesPerPixel, "SamplesPerPixel", 1);
-  if (samples_per_pixel != 1) {
-    file.fail("has " + std::to_string(samples_per_pixel) +
-              " samples per pixel (e.g. RGB), but only single-channel images are supported");
-  }
-  if (value(kPhotometricInterpretation, "PhotometricInterpretation", 1) == kPhotometricPalette) {
-    file.fail("is a palette (colour-mapped) image, which is not supported");
-  }
-  if (value(kPredictor, "Predictor", 1) != 1) file.fail("uses a Predictor, which is not supported");
-  // PlanarConfiguration does not matter with one sample per pixel.
 
-  const std::uint32_t bits = value(kBitsPerSample, "BitsPerSample", 1);
-  page.sample =
-      sample_format_of(file, bits, value(kSampleFormat, "SampleFormat", kSampleFormatUnsigned));
-  page.rows_per_strip = std::min(value(kRowsPerStrip, "RowsPerStrip", page.height), page.height);
-  if (page.rows_per_strip == 0) file.fail("has RowsPerStrip = 0");
-
-  const auto offsets = fields.find(kStripOffsets);
-  if (offsets == fields.end() || offsets->second.values.empty())
-    file.fail("lacks the StripOffsets tag");
-  page.strip_offsets = offsets->second.values;
-  const auto counts = fields.find(kStripByteCounts);
-  if (counts != fields.end()) page.strip_byte_counts = counts->second.values;
-  return page;
-}
-
-// Decodes one page's strips into `dst` (height * width floats).
-void read_page_pixels(const TiffBytes& file, const PageLayout& page, float* dst) {
-  const std::uint64_t row_bytes = static_cast<std::uint64_t>(page.width) * page.sample.bytes;
-  const std::uint64_t strips = (page.height + page.rows_per_strip - 1) / page.rows_per_strip;
-  if (page.strip_offsets.size() != strips) {
-    file.fail("has " + std::to_string(page.strip_offsets.size()) + " StripOffsets, expected " +
-              std::to_string(strips) + " for its ImageLength and RowsPerStrip");
-  }
-  for (std::uint64_t s = 0; s < strips; ++s) {
-    const std::uint64_t first_row = s * page.rows_per_strip;
-    const std::uint64_t rows =
-        std::min<std::uint64_t>(page.rows_per_strip, page.height - first_row);
-    const std::uint64_t needed = rows * row_bytes;
-    if (s < page.strip_byte_counts.size() && page.strip_byte_counts[s] < needed) {
-      file.fail("has a strip of " + std::to_string(page.strip_byte_counts[s]) +
-                " bytes where uncompressed rows need " + std::to_string(needed));
+  void check_magic() {
+    unsigned char head[4] = {};
+    if (file_.size() < 8) fail("is not a TIFF file (shorter than a TIFF header)");
+    file_.read_exact(head, 4, "its header");
+    const bool little = head[0] == 'I' && head[1] == 'I';
+    const bool big = head[0] == 'M' && head[1] == 'M';
+    const unsigned version = little ? head[2] | head[3] << 8 : head[2] << 8 | head[3];
+    if (!(little || big) || (version != 42 && version != 43)) {
+      fail("is not a TIFF file (missing the II/MM byte-order mark and version 42 or 43)");
     }
-    file.require(page.strip_offsets[s], needed, "strip data");
-    decode_samples(file.data(page.strip_offsets[s]), static_cast<std::int64_t>(rows * page.width),
-                   page.sample, dst + first_row * page.width);
   }
-}
+
+  void open() {
+    TIFFOpenOptions* options = TIFFOpenOptionsAlloc();
+    TIFFOpenOptionsSetErrorHandlerExtR(options, on_error, &diagnostics_);
+    TIFFOpenOptionsSetWarningHandlerExtR(options, on_warning, nullptr);
+    // libtiff closes the descriptor it is given; hand it a duplicate of the checked one.
+    const int fd = ::dup(file_.fd());
+    if (fd < 0) fail("cannot be read (dup failed)");
+    ::lseek(fd, 0, SEEK_SET);
+    // "m": read with read(2), not mmap, so a file truncated while we read cannot SIGBUS us.
+    tif_.reset(TIFFFdOpenExt(fd, file_.path().c_str(), "rm", options));
+    TIFFOpenOptionsFree(options);
+    if (!tif_) {
+      ::close(fd);  // TIFFFdOpenExt leaves it open on failure
+      fail_libtiff("is not a readable TIFF file");
+    }
+  }
+
+  template <class T>
+  T tag(ttag_t tag, T fallback) {
+    T value = fallback;
+    if (TIFFGetFieldDefaulted(tif_.get(), tag, &value) != 1) return fallback;
+    return value;
+  }
+
+  SampleFormat sample_format(const std::string& where) {
+    const std::uint16_t samples = tag<std::uint16_t>(TIFFTAG_SAMPLESPERPIXEL, 1);
+    if (samples != 1) {
+      fail(where + " has " + std::to_string(samples) +
+           " samples per pixel (e.g. RGB), but only single-channel images are supported");
+    }
+    if (tag<std::uint16_t>(TIFFTAG_PHOTOMETRIC, PHOTOMETRIC_MINISBLACK) == PHOTOMETRIC_PALETTE) {
+      fail(where + " is a palette (colour-mapped) image, which is not supported");
+    }
+    const std::uint16_t bits = tag<std::uint16_t>(TIFFTAG_BITSPERSAMPLE, 1);
+    const std::uint16_t code = tag<std::uint16_t>(TIFFTAG_SAMPLEFORMAT, SAMPLEFORMAT_UINT);
+    SampleFormat format;
+    format.big_endian = kHostBigEndian;  // libtiff hands out samples in the host's order
+    format.bytes = bits / 8;
+    switch (code) {
+      case SAMPLEFORMAT_UINT:
+        format.kind = SampleKind::UnsignedInt;
+        break;
+      case SAMPLEFORMAT_INT:
+        format.kind = SampleKind::SignedInt;
+        break;
+      case SAMPLEFORMAT_IEEEFP:
+        format.kind = SampleKind::Float;
+        break;
+      case SAMPLEFORMAT_COMPLEXINT:
+      case SAMPLEFORMAT_COMPLEXIEEEFP:
+        fail(where + " holds complex samples; the denoiser works on real intensities");
+      default:
+        fail(where + " has SampleFormat " + std::to_string(code) +
+             ", which is not supported (expected unsigned or signed integers or IEEE floats)");
+    }
+    if (bits % 8 != 0 || !is_supported(format)) {
+      fail(where + " has " + std::to_string(bits) + "-bit samples of that SampleFormat, which " +
+           "are not supported (expected 8/16/32/64-bit integers or 16/32/64-bit floats)");
+    }
+    return format;
+  }
+
+  // Note [claims before allocation]
+  // A TIFF states its page sizes in a few bytes, so a 276-byte file can claim 60000x60000 pages.
+  // Each strip or tile the decoder will read must therefore lie inside the file, and its decoded
+  // size must be covered by the bytes it occupies: all of them when uncompressed, a factor of at
+  // most kMaxCompressionRatio when compressed. The decoded stack is then bounded by the file's
+  // size times that factor before a single pixel buffer exists.
+  void check_claims(const std::string& where, const Page& page) {
+    TIFF* tif = tif_.get();
+    const std::uint16_t compression = tag<std::uint16_t>(TIFFTAG_COMPRESSION, COMPRESSION_NONE);
+    if (!TIFFIsCODECConfigured(compression)) {
+      const TIFFCodec* codec = TIFFFindCODEC(compression);
+      fail(where + " uses compression " +
+           (codec != nullptr ? std::string(codec->name) : std::to_string(compression)) +
+           ", which this system's libtiff cannot decode");
+    }
+    const bool tiled = TIFFIsTiled(tif) != 0;
+    const std::uint32_t striles = tiled ? TIFFNumberOfTiles(tif) : TIFFNumberOfStrips(tif);
+    const std::uint64_t row_bytes = std::uint64_t{page.width} * page.sample.bytes;
+    std::uint64_t tile_bytes = 0;
+    std::uint32_t rows_per_strip = page.height;
+    if (tiled) {
+      const std::uint32_t tile_width = tag<std::uint32_t>(TIFFTAG_TILEWIDTH, 0);
+      const std::uint32_t tile_height = tag<std::uint32_t>(TIFFTAG_TILELENGTH, 0);
+      if (tile_width == 0 || tile_height == 0) fail(where + " has tiles of size 0");
+      tile_bytes = std::uint64_t{tile_width} * tile_height * page.sample.bytes;
+    } else {
+      rows_per_strip = std::min(tag<std::uint32_t>(TIFFTAG_ROWSPERSTRIP, page.height), page.height);
+      if (rows_per_strip == 0) fail(where + " has RowsPerStrip = 0");
+    }
+    if (striles == 0) fail(where + " has no strips or tiles");
+    for (std::uint32_t s = 0; s < striles; ++s) {
+      int error = 0;
+      const std::uint64_t offset = TIFFGetStrileOffsetWithErr(tif, s, &error);
+      const std::uint64_t stored = error ? 0 : TIFFGetStrileByteCountWithErr(tif, s, &error);
+      if (error) fail_libtiff(where + " has unreadable strip or tile offsets");
+      const char* unit = tiled ? "tile " : "strip ";
+      if (offset > file_.size() || stored > file_.size() - offset) {
+        fail("is truncated: " + where + "'s " + unit + std::to_string(s) + " claims bytes " +
+             std::to_string(offset) + ".." + std::to_string(offset + stored) + " of a " +
+             std::to_string(file_.size()) + "-byte file");
+      }
+      // The last strip may be shorter (and a file may list more strips than rows need).
+      const std::uint64_t first_row = std::uint64_t{s} * rows_per_strip;
+      const std::uint64_t rows =
+          first_row >= page.height
+              ? 0
+              : std::min<std::uint64_t>(rows_per_strip, page.height - first_row);
+      const std::uint64_t decoded = tiled ? tile_bytes : rows * row_bytes;
+      if (compression == COMPRESSION_NONE ? stored < decoded
+                                          : decoded > stored * kMaxCompressionRatio) {
+        fail(where + "'s " + unit + std::to_string(s) + " claims " + std::to_string(decoded) +
+             " bytes of pixels but stores " + std::to_string(stored) +
+             (compression == COMPRESSION_NONE
+                  ? " uncompressed"
+                  : " compressed (more than " + std::to_string(kMaxCompressionRatio) + ":1)") +
+             "; the file is damaged or not what it claims");
+      }
+    }
+  }
+
+  std::vector<Page> scan_pages() {
+    std::vector<Page> pages;
+    TIFF* tif = tif_.get();
+    for (tdir_t directory = 0;; ++directory) {
+      const std::string where = "page " + std::to_string(directory + 1);
+      const std::uint32_t subfile = tag<std::uint32_t>(TIFFTAG_SUBFILETYPE, 0);
+      if ((subfile & FILETYPE_REDUCEDIMAGE) == 0) {
+        Page page;
+        page.directory = directory;
+        page.width = tag<std::uint32_t>(TIFFTAG_IMAGEWIDTH, 0);
+        page.height = tag<std::uint32_t>(TIFFTAG_IMAGELENGTH, 0);
+        if (page.width == 0 || page.height == 0) fail(where + " is empty (width or length 0)");
+        page.sample = sample_format(where);
+        check_claims(where, page);
+        if (!pages.empty()) {
+          const Page& first = pages.front();
+          if (page.width != first.width || page.height != first.height ||
+              sample_type_name(page.sample) != sample_type_name(first.sample)) {
+            fail(where + " is " + std::to_string(page.width) + "x" + std::to_string(page.height) +
+                 " " + sample_type_name(page.sample) + " but page 1 is " +
+                 std::to_string(first.width) + "x" + std::to_string(first.height) + " " +
+                 sample_type_name(first.sample) + "; all pages of a stack must match");
+          }
+        }
+        pages.push_back(page);
+      }
+      diagnostics_.first_error.clear();
+      if (!TIFFReadDirectory(tif)) {
+        // 0 means either the end of the chain or a damaged directory; only the latter reports.
+        if (!diagnostics_.first_error.empty()) fail_libtiff("has a damaged image directory");
+        break;
+      }
+    }
+    if (pages.empty()) fail("holds no full-resolution image");
+    return pages;
+  }
+
+  void decode_page(const Page& page, float* dst) {
+    TIFF* tif = tif_.get();
+    const std::string where = "page " + std::to_string(page.directory + 1);
+    if (!TIFFSetDirectory(tif, page.directory)) fail_libtiff("cannot reread " + where);
+    const std::int64_t bytes = page.sample.bytes;
+    std::vector<std::uint8_t> buffer;
+    if (TIFFIsTiled(tif)) {
+      const std::uint32_t tile_width = tag<std::uint32_t>(TIFFTAG_TILEWIDTH, 0);
+      const std::uint32_t tile_height = tag<std::uint32_t>(TIFFTAG_TILELENGTH, 0);
+      buffer.resize(static_cast<std::size_t>(std::uint64_t{tile_width} * tile_height * bytes));
+      for (std::uint32_t y = 0; y < page.height; y += tile_height) {
+        for (std::uint32_t x = 0; x < page.width; x += tile_width) {
+          const ttile_t tile = TIFFComputeTile(tif, x, y, 0, 0);
+          if (TIFFReadEncodedTile(tif, tile, buffer.data(), static_cast<tmsize_t>(buffer.size())) <
+              static_cast<tmsize_t>(buffer.size())) {
+            fail_libtiff("cannot decode " + where + "'s tile " + std::to_string(tile));
+          }
+          // Tiles on the right and bottom edges overhang the image; keep the part inside.
+          const std::uint32_t rows = std::min(tile_height, page.height - y);
+          const std::uint32_t cols = std::min(tile_width, page.width - x);
+          for (std::uint32_t r = 0; r < rows; ++r) {
+            decode_samples(buffer.data() + std::uint64_t{r} * tile_width * bytes, cols, page.sample,
+                           dst + std::uint64_t{y + r} * page.width + x);
+          }
+        }
+      }
+      return;
+    }
+    const std::uint32_t rows_per_strip =
+        std::min(tag<std::uint32_t>(TIFFTAG_ROWSPERSTRIP, page.height), page.height);
+    const std::uint64_t row_bytes = std::uint64_t{page.width} * bytes;
+    buffer.resize(static_cast<std::size_t>(rows_per_strip * row_bytes));
+    for (std::uint32_t first_row = 0; first_row < page.height; first_row += rows_per_strip) {
+      const std::uint32_t rows = std::min(rows_per_strip, page.height - first_row);
+      const tstrip_t strip = TIFFComputeStrip(tif, first_row, 0);
+      const tmsize_t wanted = static_cast<tmsize_t>(rows * row_bytes);
+      if (TIFFReadEncodedStrip(tif, strip, buffer.data(), wanted) < wanted) {
+        fail_libtiff("cannot decode " + where + "'s strip " + std::to_string(strip));
+      }
+      decode_samples(buffer.data(), static_cast<std::int64_t>(rows) * page.width, page.sample,
+                     dst + std::uint64_t{first_row} * page.width);
+    }
+  }
+
+  TiffStack decode(const std::vector<Page>& pages) {
+    TiffStack stack;
+    stack.pages = static_cast<std::int64_t>(pages.size());
+    stack.height = pages.front().height;
+    stack.width = pages.front().width;
+    stack.sample_format = pages.front().sample;
+    const std::uint64_t plane64 = std::uint64_t{pages.front().height} * pages.front().width;
+    if (plane64 > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) /
+                      static_cast<std::uint64_t>(stack.pages)) {
+      fail("declares more voxels than can be addressed");
+    }
+    const auto plane = static_cast<std::int64_t>(plane64);
+    stack.values.resize(static_cast<std::size_t>(plane * stack.pages));
+    for (std::size_t p = 0; p < pages.size(); ++p) {
+      decode_page(pages[p], stack.values.data() + static_cast<std::int64_t>(p) * plane);
+    }
+    return stack;
+  }
+
+  InputFile file_;
+  Diagnostics diagnostics_;
+  TiffHandle tif_;
+};
 
 }  // namespace
 
-TiffStack parse_tiff(const std::vector<std::uint8_t>& bytes, const std::string& source_name) {
-  TiffBytes file(bytes, source_name);
-  if (bytes.size() < 8 ||
-      !((bytes[0] == 'I' && bytes[1] == 'I') || (bytes[0] == 'M' && bytes[1] == 'M'))) {
-    file.fail("is not a TIFF file (missing the II/MM byte-order mark)");
-  }
-  file.set_big_endian(bytes[0] == 'M');
-  const std::uint16_t version = file.u16(2);
-  if (version == kBigTiffVersion) file.fail("is a BigTIFF, which is not supported");
-  if (version != kClassicTiffVersion) file.fail("is not a TIFF file (bad version number)");
-
-  TiffStack stack;
-  std::set<std::uint64_t> visited;  // a corrupt chain could loop forever
-  for (std::uint64_t ifd = file.u32(4); ifd != 0;) {
-    if (!visited.insert(ifd).second) file.fail("has a loop in its chain of image directories");
-    std::uint64_t next = 0;
-    const PageLayout page = read_page_layout(file, ifd, &next);
-    ifd = next;
-    if (page.reduced_resolution) continue;
-    if (stack.pages == 0) {
-      stack.width = page.width;
-      stack.height = page.height;
-      stack.sample_format = page.sample;
-    } else if (page.width != stack.width || page.height != stack.height ||
-               sample_type_name(page.sample) != sample_type_name(stack.sample_format)) {
-      file.fail("page " + std::to_string(stack.pages + 1) + " is " + std::to_string(page.width) +
-                "x" + std::to_string(page.height) + " " + sample_type_name(page.sample) +
-                " but page 1 is " + std::to_string(stack.width) + "x" +
-                std::to_string(stack.height) + " " + sample_type_name(stack.sample_format) +
-                "; all pages of a stack must match");
-    }
-    const std::size_t page_pixels = static_cast<std::size_t>(page.width) * page.height;
-    stack.values.resize(stack.values.size() + page_pixels);
-    read_page_pixels(file, page, stack.values.data() + stack.values.size() - page_pixels);
-    ++stack.pages;
-  }
-  if (stack.pages == 0) file.fail("holds no full-resolution image");
-  return stack;
-}
-
-TiffStack read_tiff(const std::string& path) { return parse_tiff(read_file_bytes(path), path); }
+TiffStack read_tiff(const std::string& path) { return Reader(path).read(); }
 
 }  // namespace fieldfuse::cli

@@ -9,11 +9,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FF_APP_HOST_DEVICE __host__ __device__
-#else
-#define FF_APP_HOST_DEVICE
-#endif
+#include "core/macros.h"
 
 namespace fieldfuse::cli {
 
@@ -23,7 +19,7 @@ struct PairSum {
   double second = 0.0;
 };
 
-FF_APP_HOST_DEVICE inline PairSum operator+(PairSum a, PairSum b) {
+FF_HOST_DEVICE inline PairSum operator+(PairSum a, PairSum b) {
   return {a.first + b.first, a.second + b.second};
 }
 
@@ -40,7 +36,7 @@ struct GradientStepArgs {
   float step;
 };
 
-FF_APP_HOST_DEVICE inline PairSum apply_at(const GradientStepArgs& a, std::int64_t i) {
+FF_HOST_DEVICE inline PairSum apply_at(const GradientStepArgs& a, std::int64_t i) {
   const float z = a.extrapolated[i];
   const float next = z - a.step * (z - a.noisy[i] + a.tv_gradient[i]);
   a.next[i] = next;
@@ -57,7 +53,7 @@ struct ExtrapolateArgs {
   float momentum;
 };
 
-FF_APP_HOST_DEVICE inline PairSum apply_at(const ExtrapolateArgs& a, std::int64_t i) {
+FF_HOST_DEVICE inline PairSum apply_at(const ExtrapolateArgs& a, std::int64_t i) {
   a.extrapolated[i] = a.next[i] + a.momentum * (a.next[i] - a.previous[i]);
   return {};
 }
@@ -72,11 +68,11 @@ struct FrankWolfeSumsArgs {
   const float* tv_gradient;  // λDᵀ sign(D·current)
 };
 
-FF_APP_HOST_DEVICE inline float frank_wolfe_target(float noisy, float tv_gradient) {
+FF_HOST_DEVICE inline float frank_wolfe_target(float noisy, float tv_gradient) {
   return noisy - tv_gradient;
 }
 
-FF_APP_HOST_DEVICE inline PairSum apply_at(const FrankWolfeSumsArgs& a, std::int64_t i) {
+FF_HOST_DEVICE inline PairSum apply_at(const FrankWolfeSumsArgs& a, std::int64_t i) {
   const double x = a.current[i];
   const double toward = frank_wolfe_target(a.noisy[i], a.tv_gradient[i]) - x;
   return {-x * toward, toward * toward};
@@ -91,7 +87,7 @@ struct FrankWolfeMoveArgs {
   float gamma;
 };
 
-FF_APP_HOST_DEVICE inline PairSum apply_at(const FrankWolfeMoveArgs& a, std::int64_t i) {
+FF_HOST_DEVICE inline PairSum apply_at(const FrankWolfeMoveArgs& a, std::int64_t i) {
   const float x = a.current[i];
   a.current[i] = x + a.gamma * (frank_wolfe_target(a.noisy[i], a.tv_gradient[i]) - x);
   return {};
@@ -104,9 +100,68 @@ struct SquaredDistanceArgs {
   const float* b;
 };
 
-FF_APP_HOST_DEVICE inline PairSum apply_at(const SquaredDistanceArgs& a, std::int64_t i) {
+FF_HOST_DEVICE inline PairSum apply_at(const SquaredDistanceArgs& a, std::int64_t i) {
   const double diff = static_cast<double>(a.a[i]) - a.b[i];
   return {diff * diff, 0.0};
+}
+
+/// The shape of a volume whose size-1 axes are doubled, and the original it came from. The
+/// isotropic TV of a volume with size-1 axes is taken over its replicated copy (Note [iso on
+/// size-1 axes] in tv_term.cpp); sizes are [D, H, W], C order.
+struct ReplicaShape {
+  std::int64_t depth, height, width;        ///< the original volume
+  std::int64_t r_depth, r_height, r_width;  ///< the replicated one: 2 where the original has 1
+};
+
+/// The [d, h, w] coordinates of flat C-order index i in a volume of `height` x `width` planes.
+struct Voxel {
+  std::int64_t d, h, w;
+};
+
+FF_HOST_DEVICE inline Voxel unravel(std::int64_t i, std::int64_t height, std::int64_t width) {
+  return {i / (width * height), i / width % height, i % width};
+}
+
+/// replicated[e] = original[the voxel e copies]: coordinates past a size-1 axis clamp to 0. No
+/// sums.
+struct ReplicateArgs {
+  static constexpr bool kReturnsSums = false;
+  const float* original;
+  float* replicated;
+  ReplicaShape shape;
+};
+
+FF_HOST_DEVICE inline PairSum apply_at(const ReplicateArgs& a, std::int64_t e) {
+  const ReplicaShape& s = a.shape;
+  const Voxel v = unravel(e, s.r_height, s.r_width);
+  a.replicated[e] =
+      a.original[((v.d < s.depth ? v.d : 0) * s.height + (v.h < s.height ? v.h : 0)) * s.width +
+                 (v.w < s.width ? v.w : 0)];
+  return {};
+}
+
+/// The adjoint of ReplicateArgs: original[i] = Σ of replicated over the copies of voxel i (the
+/// chain rule for a gradient taken on the replicated volume). No sums.
+struct FoldReplicasArgs {
+  static constexpr bool kReturnsSums = false;
+  const float* replicated;
+  float* original;
+  ReplicaShape shape;
+};
+
+FF_HOST_DEVICE inline PairSum apply_at(const FoldReplicasArgs& a, std::int64_t i) {
+  const ReplicaShape& s = a.shape;
+  const Voxel v = unravel(i, s.height, s.width);
+  const int copies_d = s.r_depth > s.depth ? 2 : 1;
+  const int copies_h = s.r_height > s.height ? 2 : 1;
+  const int copies_w = s.r_width > s.width ? 2 : 1;
+  float sum = 0.0f;
+  for (int cd = 0; cd < copies_d; ++cd)
+    for (int ch = 0; ch < copies_h; ++ch)
+      for (int cw = 0; cw < copies_w; ++cw)
+        sum += a.replicated[((v.d + cd) * s.r_height + v.h + ch) * s.r_width + v.w + cw];
+  a.original[i] = sum;
+  return {};
 }
 
 /// How the CUDA drivers run: the stream (a cudaStream_t) and device scratch for per-block partial
@@ -121,7 +176,7 @@ constexpr std::int64_t kMaxReductionBlocks = 1024;
 // Drivers: apply a step to elements [0, count) and return its sums, accumulated in float64 in an
 // order fixed by `count` alone, so runs repeat bit for bit. Instantiated for the argument structs
 // above. The CUDA driver enqueues on the stream and, for steps with sums, waits for them; CUDA
-// failures throw CliError (runtime).
+// failures throw fieldfuse::Error (Runtime) naming the call.
 namespace cpu {
 template <class Args>
 PairSum run(std::int64_t count, const Args& args);

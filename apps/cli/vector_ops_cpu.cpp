@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU driver of the solvers' element-wise steps: OpenMP loops over the formulas in vector_ops.h.
-#include "parallel.h"
+#include "core/parallel.h"
+#include "ordered_sum.h"
 #include "vector_ops.h"
 
 namespace fieldfuse::cli::cpu {
@@ -10,7 +11,7 @@ PairSum run(std::int64_t count, const Args& args) {
   if constexpr (Args::kReturnsSums) {
     return ordered_sum(count, [&](std::int64_t i) { return apply_at(args, i); });
   } else {
-    parallel_for(count, [&](std::int64_t i) { apply_at(args, i); });
+    fieldfuse::detail::parallel_for(0, count, 1, [&](std::int64_t i) { apply_at(args, i); });
     return {};
   }
 }
@@ -20,5 +21,7 @@ template PairSum run(std::int64_t, const ExtrapolateArgs&);
 template PairSum run(std::int64_t, const FrankWolfeSumsArgs&);
 template PairSum run(std::int64_t, const FrankWolfeMoveArgs&);
 template PairSum run(std::int64_t, const SquaredDistanceArgs&);
+template PairSum run(std::int64_t, const ReplicateArgs&);
+template PairSum run(std::int64_t, const FoldReplicasArgs&);
 
 }  // namespace fieldfuse::cli::cpu

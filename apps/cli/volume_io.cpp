@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Loading a 3-D volume from .npy or TIFF with the checks the denoiser needs, and saving as .npy.
+// Loading a 3-D volume from .npy or TIFF with the checks the denoiser needs.
 #include "volume_io.h"
 
 #include <cmath>
@@ -85,10 +85,6 @@ Volume load_volume(const std::string& path, const std::string& flag) {
         std::to_string(first_bad % volume.width) + "]); the denoiser needs finite values");
   }
   return volume;
-}
-
-void save_volume_npy(const std::string& path, const Volume& volume) {
-  write_npy_float32(path, volume.shape(), volume.voxels.data());
 }
 
 }  // namespace fieldfuse::cli

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Loading a 3-D volume from .npy or TIFF with the checks the denoiser needs, and saving as .npy.
+// Loading a 3-D volume from .npy or TIFF with the checks the denoiser needs.
 #pragma once
 
 #include <string>
@@ -12,8 +12,5 @@ namespace fieldfuse::cli {
 /// of finite values. Every failure is an input error (exit 3) that starts with `flag` and the path,
 /// e.g. "--input 'a.npy': expected a 3-D volume [D, H, W], but the array has shape [64, 64]".
 Volume load_volume(const std::string& path, const std::string& flag);
-
-/// Writes `volume` as a float32 [D, H, W] .npy file.
-void save_volume_npy(const std::string& path, const Volume& volume);
 
 }  // namespace fieldfuse::cli

@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests of the .npy reader and writer: round trips, dtypes, Fortran order and malformed files.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "cli_error.h"
 #include "npy.h"
+#include "raw_samples.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -146,13 +152,17 @@ TEST(Npy, MalformedFilesAreInputErrorsThatSayWhy) {
             std::string::npos);
   EXPECT_NE(error_of(make_npy(good_dict, raw_bytes<float>({1.0f, 2.0f}))).find("truncated"),
             std::string::npos);
-  EXPECT_NE(error_of(make_npy("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }",
-                              raw_bytes<float>({1.0f})))
-                .find("big-endian"),
+  const std::string complex_error = error_of(make_npy(
+      "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", raw_bytes<double>({1.0})));
+  EXPECT_NE(complex_error.find("'<c8'"), std::string::npos);
+  EXPECT_NE(complex_error.find("complex values"), std::string::npos) << complex_error;
+  EXPECT_NE(complex_error.find("np.abs(a)"), std::string::npos) << complex_error;
+  EXPECT_NE(error_of(make_npy("{'descr': '<f16', 'fortran_order': False, 'shape': (1,), }",
+                              std::vector<std::uint8_t>(16)))
+                .find("extended-precision"),
             std::string::npos);
-  EXPECT_NE(error_of(make_npy("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }",
-                              raw_bytes<double>({1.0})))
-                .find("'<c8'"),
+  EXPECT_NE(error_of(make_npy("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", {}))
+                .find("not supported"),
             std::string::npos);
   EXPECT_NE(error_of(make_npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }",
                               raw_bytes<float>({1.0f})))
@@ -164,6 +174,111 @@ TEST(Npy, MalformedFilesAreInputErrorsThatSayWhy) {
   std::vector<std::uint8_t> cut = make_npy(good_dict, raw_bytes<float>({1, 2, 3, 4}));
   cut.resize(20);  // inside the header
   EXPECT_NE(error_of(cut).find("truncated inside its header"), std::string::npos);
+}
+
+// Big-endian files as numpy writes them with dtype '>f4' etc.: the bytes of each value reversed.
+template <class T>
+std::vector<std::uint8_t> big_endian_bytes(const std::vector<T>& values) {
+  std::vector<std::uint8_t> bytes = raw_bytes(values);
+  for (std::size_t i = 0; i < bytes.size(); i += sizeof(T))
+    std::reverse(bytes.begin() + i, bytes.begin() + i + sizeof(T));
+  return bytes;
+}
+
+TEST(Npy, ReadsBigEndianDtypes) {
+  const std::string shape = "'fortran_order': False, 'shape': (3,), }";
+  EXPECT_EQ(
+      parse_npy(
+          make_npy("{'descr': '>f4', " + shape, big_endian_bytes<float>({1.5f, -2.0f, 3e30f})), "m")
+          .values,
+      (std::vector<float>{1.5f, -2.0f, 3e30f}));
+  EXPECT_EQ(
+      parse_npy(make_npy("{'descr': '>f8', " + shape, big_endian_bytes<double>({0.25, -1e10, 7.0})),
+                "m")
+          .values,
+      (std::vector<float>{0.25f, -1e10f, 7.0f}));
+  EXPECT_EQ(parse_npy(make_npy("{'descr': '>i2', " + shape,
+                               big_endian_bytes<std::int16_t>({-300, 0, 32767})),
+                      "m")
+                .values,
+            (std::vector<float>{-300.0f, 0.0f, 32767.0f}));
+  EXPECT_EQ(parse_npy(make_npy("{'descr': '>u4', " + shape,
+                               big_endian_bytes<std::uint32_t>({1, 65536, 4000000000u})),
+                      "m")
+                .values,
+            (std::vector<float>{1.0f, 65536.0f, 4e9f}));
+}
+
+TEST(Npy, ReadsFloat16IncludingSubnormalsInfinitiesAndNegativeZero) {
+  // binary16 bit patterns and their exact values.
+  const std::vector<std::uint16_t> bits = {0x3c00, 0xc000, 0x7bff, 0x0001,
+                                           0x03ff, 0x8000, 0x7c00, 0x3555};
+  const std::vector<float> expected = {1.0f,
+                                       -2.0f,
+                                       65504.0f,
+                                       5.9604645e-8f,
+                                       6.0975552e-5f,
+                                       -0.0f,
+                                       std::numeric_limits<float>::infinity(),
+                                       0.33325195f};
+  const NpyArray array = parse_npy(
+      make_npy("{'descr': '<f2', 'fortran_order': False, 'shape': (8,), }", raw_bytes(bits)), "m");
+  ASSERT_EQ(array.values.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(array.values[i], expected[i]) << i;
+    EXPECT_EQ(std::signbit(array.values[i]), std::signbit(expected[i])) << i;
+  }
+  EXPECT_TRUE(std::isnan(half_to_float(0x7e00)));
+  // Big-endian float16 too.
+  EXPECT_EQ(
+      parse_npy(make_npy("{'descr': '>f2', 'fortran_order': False, 'shape': (1,), }", {0x3c, 0x00}),
+                "m")
+          .values,
+      std::vector<float>{1.0f});
+}
+
+TEST(Npy, FortranOrderBigEndianFloat16Together) {
+  // a[i][j] = 3i + j for a 2x3 array, stored column by column (0, 3, 1, 4, 2, 5) as big-endian
+  // float16.
+  const std::vector<std::uint8_t> data = {0x00, 0x00, 0x42, 0x00, 0x3c, 0x00,
+                                          0x44, 0x00, 0x40, 0x00, 0x45, 0x00};
+  const NpyArray array =
+      parse_npy(make_npy("{'descr': '>f2', 'fortran_order': True, 'shape': (2, 3), }", data), "m");
+  EXPECT_EQ(array.values, (std::vector<float>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(Npy, SizeMustMatchTheHeader) {
+  const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+  std::vector<std::uint8_t> longer = make_npy(dict, raw_bytes<float>({1.0f, 2.0f, 3.0f}));
+  EXPECT_NE(error_of(longer).find("4 bytes after the data its header describes"),
+            std::string::npos);
+  // A header length field of 4 GiB - 1 in a version 2 file is refused, not allocated.
+  std::vector<std::uint8_t> huge_header = {0x93, 'N', 'U',  'M',  'P',  'Y',
+                                           2,    0,   0xff, 0xff, 0xff, 0xff};
+  huge_header.resize(64, ' ');
+  EXPECT_NE(error_of(huge_header).find("header"), std::string::npos);
+}
+
+// Reading checks the file before its content: a device, a directory or a pipe named .npy is
+// refused at once, never read until memory runs out (or forever).
+TEST(Npy, NonRegularFilesAreRefusedUnread) {
+  const auto message_of = [](const std::string& path) -> std::string {
+    try {
+      read_npy(path);
+    } catch (const CliError& error) {
+      EXPECT_EQ(error.exit_code(), 3);
+      return error.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message_of("/dev/zero").find("is a character device, not a regular file"),
+            std::string::npos);
+  EXPECT_NE(message_of("/").find("is a directory"), std::string::npos);
+  const std::filesystem::path fifo =
+      std::filesystem::temp_directory_path() / ("fieldfuse_npy_fifo_" + std::to_string(::getpid()));
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(message_of(fifo.string()).find("is a pipe"), std::string::npos);
+  std::filesystem::remove(fifo);
 }
 
 TEST(Npy, MissingFileIsAnInputErrorNamingThePath) {

@@ -72,6 +72,28 @@ TEST(DenoiseOptions, BadFlagsAndValuesNameTheFlag) {
             std::string::npos);
 }
 
+// --lambda 1e33 once ran to an all-NaN volume with exit 0: lambda times the voxel count overflowed
+// float32. The flag's range now stops it, and the message says what the range is and why.
+TEST(DenoiseOptions, LambdaBeyondItsRangeIsRefusedWithTheRangeAndTheReason) {
+  const std::string message = usage_error_of({"--lambda", "1e33"});
+  EXPECT_NE(message.find("--lambda must be >= 0 and <= 1e+06, got 1e33"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("float32"), std::string::npos) << message;
+  EXPECT_DOUBLE_EQ(parse_denoise_options({"--lambda", "1e6"}).lambda, kMaxLambda);
+  EXPECT_NE(usage_error_of({"--input", "v.npy", "--lambda", "1e38"}).find("--lambda must be"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of({"--eps", "1e30"}).find("--eps must be > 0 and <= 1e+06"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of({"--noise", "1e38"}).find("--noise must be >= 0 and <= 1e+06"),
+            std::string::npos);
+}
+
+TEST(DenoiseOptions, RepeatedFlagsTakeTheLastValue) {
+  const DenoiseOptions options = parse_denoise_options({"--iters", "5", "--iters=9", "--tv", "sq"});
+  EXPECT_EQ(options.iterations, 9);
+  EXPECT_EQ(options.tv, TvKind::Squared);
+}
+
 TEST(DenoiseOptions, HelpListsEveryFlag) {
   const std::string help = denoise_help();
   for (const char* flag :
@@ -79,6 +101,12 @@ TEST(DenoiseOptions, HelpListsEveryFlag) {
         "--device", "--size", "--noise", "--seed", "--progress", "--quiet", "--help"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
+  // Generated from the table: the defaults and groups come from the same entries the parser uses.
+  EXPECT_NE(help.find("[default: 200]"), std::string::npos) << help;
+  EXPECT_NE(help.find("Built-in phantom (only without --input)"), std::string::npos);
+  EXPECT_NE(help.find("Exit codes: 0 success, 1 runtime failure, 2 bad flags or values, 3 bad "
+                      "input file."),
+            std::string::npos);
 }
 
 }  // namespace
