@@ -26,7 +26,9 @@ constexpr int kMaxTileChannels = 32;
 // the tile covers all C channels (C <= 32) the warp touches one contiguous run of the buffer; for
 // C > 32 it writes runs of 32 channels (128 bytes for float32). Shared memory rows are TS + 32/TC
 // elements apart: a dense-side warp reads TC channels of 32/TC cells, i.e. addresses
-// c·(TS + 32/TC) + s, which fall on 32 distinct 4-byte banks since TS is a multiple of 32.
+// c·(TS + 32/TC) + s, which fall on 32 distinct 4-byte banks since TS is a multiple of 32. That
+// holds for 32-bit elements in tiles holding exactly TC channels; a C that is not a power of two
+// (or the last 16 channels of C = 48) leaves 2- to 4-way conflicts, cheap next to DRAM traffic.
 
 struct TileShape {
   int64_t channel_tiles = 0, cell_tiles = 0;  ///< tiles per plane along C and along H·W
