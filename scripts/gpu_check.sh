@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The GPU machine's one-call check: builds fieldfuse (CUDA on, sm_90), runs the whole Python suite
-# with its CUDA tests, the C++ suites when GoogleTest is there, the CLI on the GPU against the CPU,
-# and the CUDA benchmarks. Logs and tables go to $OUT (the device tool's folder) or build/gpu_check.
+# The GPU machine's one-call check: builds fieldfuse (CUDA on, for the GPU present: `native`), runs
+# the whole Python suite with its CUDA tests, the C++ suites when GoogleTest is there, the CLI on
+# the GPU against the CPU, and the CUDA benchmarks. Logs and tables go to $OUT (the device tool's folder) or build/gpu_check.
 # Usage: bash scripts/gpu_check.sh [--no-bench] [--no-tests] [extra pytest args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."

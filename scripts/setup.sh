@@ -3,14 +3,20 @@
 # Sets up everything fieldfuse needs on a Debian machine and builds it; safe to run again (each step
 # skips what is already there). Creates .venv/ (PyTorch 2.11 from PyPI, matching the GPU machines),
 # builds the C++ library, CLI and tests into build/release/, and installs the Python package into
-# the venv. Environment: FIELDFUSE_CUDA=AUTO|ON|OFF (default AUTO: CUDA code is compiled, for sm_90,
-# whenever nvcc is found, even on machines without a GPU).
+# the venv. Environment: FIELDFUSE_CUDA=AUTO|ON|OFF (default AUTO: CUDA code is compiled whenever
+# nvcc is found, even on machines without a GPU); FIELDFUSE_CUDA_ARCHITECTURES (default here 90,
+# sm_90 only, to keep CI and development builds fast; a plain `pip install .` builds for the GPU
+# present or a list of all supported generations instead, see CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 venv="$root/.venv"
 build="$root/build/release"
 torch_spec="torch==2.11.*"
+# Pinned: stubgen's output, python/fieldfuse/_C.pyi (checked by tests/python/test_packaging.py),
+# depends on nanobind's version. Update both together (scripts/stubs.sh).
+nanobind_version="3.1.0"
+export FIELDFUSE_CUDA_ARCHITECTURES="${FIELDFUSE_CUDA_ARCHITECTURES:-90}"
 log() { printf '[setup] %s\n' "$*"; }
 
 # --- system packages ------------------------------------------------------------------------------
@@ -49,9 +55,10 @@ if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.
   "$py" -m pip install -q --upgrade pip
   "$py" -m pip install -q "$torch_spec"
 fi
-if ! "$py" -c 'import nanobind, scikit_build_core, pytest, numpy' 2>/dev/null; then
+if ! "$py" -c "import nanobind, scikit_build_core, pytest, numpy, sys
+sys.exit(nanobind.__version__ != '$nanobind_version')" 2>/dev/null; then
   log "installing build and test tools"
-  "$py" -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" pytest numpy
+  "$py" -m pip install -q "nanobind==$nanobind_version" "scikit-build-core>=0.11" pytest numpy
 fi
 
 # --- C++ library, CLI and C++ tests ---------------------------------------------------------------
@@ -63,6 +70,6 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFIELDFUSE_TES
 cmake --build "$build" -j "$(nproc)"
 
 # --- Python package -------------------------------------------------------------------------------
-log "installing the fieldfuse Python package into the venv"
-"$py" -m pip install -q --no-build-isolation --no-deps "$root"
+log "building the fieldfuse wheel (build/wheelhouse) and installing it into the venv"
+bash scripts/install_package.sh "$py"
 log "ready: $("$py" -c 'import fieldfuse; print(fieldfuse.build_info())')"
