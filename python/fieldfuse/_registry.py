@@ -38,6 +38,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
+import types
+import typing
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -179,13 +183,54 @@ class _EagerAutograd(torch.autograd.Function):
         return (None, None, None, *flat)
 
 
+def _typing_form(annotation):
+    """`list[X]`, `tuple[...]` and `X | None` as typing.List / Tuple / Optional, recursively."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list:
+        return typing.List[_typing_form(args[0])]  # noqa: UP006 (torch 2.4 needs typing's form)
+    if origin is tuple:
+        return typing.Tuple[tuple(_typing_form(a) for a in args)]  # noqa: UP006
+    if origin in (typing.Union, types.UnionType):
+        kept = [a for a in args if a is not type(None)]
+        if len(kept) == 1 and len(args) == 2:
+            return typing.Optional[_typing_form(kept[0])]  # noqa: UP007
+    return annotation
+
+
+def _with_typing_annotations(impl: Callable) -> Callable:
+    """`impl` with its annotations evaluated and in typing's spelling, for schema inference.
+
+    The family modules use ``from __future__ import annotations`` (annotations are strings) and
+    the builtin generics (``list[Tensor]``, ``Tensor | None``). torch 2.4, the oldest torch we
+    support, infers schemas only from evaluated annotations in typing's spelling.
+    """
+    hints = typing.get_type_hints(impl)
+    signature = inspect.signature(impl)
+    parameters = [
+        p.replace(annotation=_typing_form(hints.get(p.name, p.annotation)))
+        for p in signature.parameters.values()
+    ]
+    returns = _typing_form(hints.get("return", signature.return_annotation))
+
+    @functools.wraps(impl)
+    def typed(*args, **kwargs):
+        return impl(*args, **kwargs)
+
+    typed.__signature__ = signature.replace(parameters=parameters, return_annotation=returns)
+    typed.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": returns}
+    return typed
+
+
 class Op:
     """A registered fieldfuse op: ``Op(*args)`` runs it on the fastest path that is correct."""
 
     def __init__(self, spec: OpSpec):
         self.spec = spec
         self.custom_op = torch.library.custom_op(
-            f"fieldfuse::{spec.name}", spec.impl, mutates_args=(), schema=spec.schema
+            f"fieldfuse::{spec.name}",
+            spec.impl if spec.schema else _with_typing_annotations(spec.impl),
+            mutates_args=(),
+            schema=spec.schema,
         )
         self.custom_op.register_fake(spec.fake)
         self.differentiable = spec.backward is not None
