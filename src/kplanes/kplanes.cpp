@@ -322,6 +322,9 @@ void backward(const char* op, const Call& call, const TensorRef& grad_features,
   const char* ref_arg = reference_of(call).arg;
   check_gradient_requests(op, pb, grads);
   const int64_t f = pb.num_features;
+  // With no rows at all (an empty taps-only batch) no upstream gradient names the dtype; the
+  // compute type keeps the (empty) launches on an instantiated kernel.
+  args.grad_dtype = pb.dtype;
 
   const bool has_features = pb.pts.rows > 0 || !is_absent(grad_features);
   if (has_features) {
