@@ -68,3 +68,21 @@ def float_list(op: str, arg: str, values) -> list[float]:
                 f"({type(value).__name__})"
             )
     return [float(v) for v in values]
+
+
+def real_number(op: str, arg: str, value) -> float:
+    """`value` (a real number: int, float, NumPy scalar or 0-d tensor; not a bool or a string) as a
+    Python float, or fieldfuse's TypeError.
+
+    A schema's ``float`` argument must be a float before the op is called, and ``float(None)`` or
+    ``float("abc")`` would raise Python's own error, naming neither the op nor the argument; the C++
+    front checks the value (finite, range) once it has a float.
+    """
+    if not isinstance(value, (str, bytes, bool)):
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise TypeError(
+        f"{op}(): expected {arg} to be a real number, but got {value!r} ({type(value).__name__})"
+    )

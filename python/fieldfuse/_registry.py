@@ -17,6 +17,12 @@ of :class:`OpSpec` entries, and hands the list to :func:`register`. One entry is
   :func:`register` returns, so the same formula serves both call paths below, and a backward op with
   an autograd entry of its own gives double backward.
 - ``non_differentiable`` lists outputs autograd never tracks (counts, saved state).
+- ``eager_impl`` (optional) is what the eager fast path runs instead of ``impl``: the same
+  computation, except that it may return None for outputs the caller did not ask for. A custom op
+  must return a tensor for every output of its schema, so ``impl`` returns 0-element tensors
+  there; on the eager path each such allocation is host time spent on nothing (2–4 µs on CUDA).
+  ``setup_context`` and ``backward`` then see None for those outputs (and, with
+  ``materialize_grads=False``, None for their gradients).
 
 :func:`register` returns an :class:`Op` per entry. Calling it picks one of two paths:
 
@@ -57,6 +63,11 @@ class OpSpec:
     #: False: ``backward`` takes None for outputs with no gradient (else zeros, as the library path)
     materialize_grads: bool = True
     schema: str | None = None  #: e.g. "(Tensor vol, float eps) -> Tensor"; else impl's annotations
+    #: the eager fast path's impl: may return None for unrequested outputs (default: ``impl``)
+    eager_impl: Callable | None = None
+
+    def run_eagerly(self, *args):
+        return (self.eager_impl or self.impl)(*args)
 
 
 def needs_input_grad(ctx) -> tuple:
@@ -126,7 +137,7 @@ class _EagerAutograd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec: OpSpec, layout: tuple, out_layout: list, *flat_inputs):
         inputs = _unflatten(flat_inputs, layout)
-        outputs = spec.impl(*inputs)
+        outputs = spec.run_eagerly(*inputs)
         spec.setup_context(ctx, inputs, outputs)
         ctx.ff_spec, ctx.ff_layout = spec, layout
         ctx.set_materialize_grads(spec.materialize_grads)
@@ -178,7 +189,7 @@ class Op:
             return self.custom_op(*args)
         wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         if not wants_grad:
-            return self.spec.impl(*args)
+            return self.spec.run_eagerly(*args)
         if not self.differentiable:
             # The library path raises torch's own error for an op without a gradient formula.
             return self.custom_op(*args)

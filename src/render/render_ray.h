@@ -131,13 +131,13 @@ FF_HOST_DEVICE FF_FORCE_INLINE int64_t march_ray(const VolumeRenderArgs& a, int6
   int64_t s = begin;
   // A ray whose prefix transmittance is already at the threshold composites nothing, so marching
   // in chunks (prefix = the previous chunk's T) equals marching in one pass.
-  bool done = terminates(trans, a.threshold);
+  bool done = terminates(trans, a.transmittance_thresh);
   while (!done && s < end) {
     const Absorption<double> ab = sample_absorption<S>(a, s);
     visit(s, ab, trans);
     trans *= ab.factor;
     ++s;
-    done = terminates(trans, a.threshold);
+    done = terminates(trans, a.transmittance_thresh);
   }
   return s;
 }
@@ -336,8 +336,9 @@ FF_HOST_DEVICE RaySpan<S> ray_span(const RayBoxArgs& a, int64_t r) {
     span.d[i] = load<S>(a.directions, r, i);
   }
   span.box = intersect_box(span.o, span.d);
-  span.n = span.box.hit ? sample_count(span.box.exit - span.box.enter, a.ds) : 0;
-  if (a.padded && span.n > a.capacity) span.n = a.capacity;
+  // Note [ray-box sample count]: n counts steps of ds along the chord, |d|·(t_exit − t_enter).
+  const double chord = (span.box.exit - span.box.enter) * direction_length(span.d);
+  span.n = span.box.hit ? sample_count(chord, a.ds, static_cast<double>(a.capacity - 1)) : 0;
   return span;
 }
 

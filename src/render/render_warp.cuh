@@ -178,7 +178,7 @@ __device__ FF_FORCE_INLINE MarchState start_march(const VolumeRenderArgs& a, int
                                                   int64_t begin, int64_t end) {
   const double t0 = initial_transmittance<S>(a, r);
   // A ray that starts at or below the threshold composites nothing (Note [compositing]).
-  const bool done = terminates(t0, a.threshold);
+  const bool done = terminates(t0, a.transmittance_thresh);
   return {t0, done ? begin : end, done};
 }
 
@@ -196,7 +196,8 @@ __device__ FF_FORCE_INLINE MarchedSample<T> march_chunk(const VolumeRenderArgs& 
   x.trans_before = m.trans * (lane == 0 ? 1.0 : before);
   const double after = m.trans * through;
   const bool live = base + lane < end;
-  const unsigned stops = __ballot_sync(kFullWarp, live && terminates(after, a.threshold));
+  const unsigned stops =
+      __ballot_sync(kFullWarp, live && terminates(after, a.transmittance_thresh));
   const int live_lanes = end - base < kWarpSize ? static_cast<int>(end - base) : kWarpSize;
   x.last_lane = stops != 0 ? __ffs(static_cast<int>(stops)) - 1 : live_lanes - 1;
   x.composited = lane <= x.last_lane;

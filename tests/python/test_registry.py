@@ -59,3 +59,46 @@ def test_every_registered_op_has_a_fake_impl():
     for name, op in tv_ops.items():
         assert op.spec.name == name
         assert hasattr(torch.ops.fieldfuse, name)
+
+
+def _optional_output_table(name):
+    """A toy table whose op returns x + 1 and, when asked, x * 2: the impl gives a 0-element tensor
+    for the unrequested output, the eager impl None (Note [op table], eager_impl)."""
+
+    def run(absent, x, want_double):
+        return x + 1, (x * 2 if want_double else absent(x))
+
+    def setup_context(ctx, inputs, output):
+        ctx.want_double = inputs[1]
+        ctx.saw_none = output[1] is None
+
+    def backward(ctx, grad_plus, grad_double):
+        grad = grad_plus
+        if ctx.want_double and grad_double is not None:
+            grad = grad + 2 * grad_double
+        return grad, None
+
+    return _registry.register([_registry.OpSpec(
+        name, lambda x, w: run(lambda t: t.new_empty(0), x, w),
+        lambda x, w: (torch.empty_like(x), torch.empty_like(x) if w else x.new_empty(0)),
+        setup_context, backward, materialize_grads=False,
+        schema="(Tensor x, bool want_double) -> (Tensor, Tensor)",
+        eager_impl=lambda x, w: run(lambda t: None, x, w),
+    )])[name]
+
+
+def test_eager_impl_returns_none_for_unrequested_outputs_on_the_eager_path_only():
+    op = _optional_output_table("registry_test_optional_output")
+    x = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    plus, double = op(x, False)
+    assert double is None  # eager: nothing allocated
+    (grad,) = torch.autograd.grad(plus.sum(), x)
+    torch.testing.assert_close(grad, torch.ones_like(x))
+    with torch.no_grad():
+        assert op(x, False)[1] is None
+    plus, double = op.custom_op(x, False)  # the library path: a 0-element placeholder
+    assert double.shape == (0,)
+    for call in (op, op.custom_op):
+        plus, double = call(x, True)
+        (grad,) = torch.autograd.grad(plus.sum() + double.sum(), x)
+        torch.testing.assert_close(grad, torch.full_like(x, 3.0))
