@@ -33,6 +33,9 @@ namespace fieldfuse {
 // (that sample is composited and counted in total_samples); a ray whose starting T is already
 // <= thresh composites nothing (so chunked marching equals one pass). Then rgb += T·background.
 // Weights past termination are 0. An empty ray gives rgb = T·background, zero depth and opacity.
+// A NaN sample poisons only what depends on it: the ray's outputs, its gradients to σ, δ, α and
+// the prefix, but not the gradients to the colours and depths in front of it (Note [NaN samples]
+// in src/render/render_ray.h).
 
 struct VolumeRenderInputs {
   TensorRef sigmas;          ///< [N] densities, or opacities in [0, 1] with `alpha_input`

@@ -781,6 +781,48 @@ def test_inference_equals_training_path(device, dtype, alpha, rng):
                 assert torch.equal(getattr(inference_mode, name), getattr(training, name)), name
 
 
+@pytest.mark.parametrize("where", ["sigmas", "delta_ts", "rgbs", "ts", "alphas"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_nan_sample_poisons_only_what_depends_on_it(device, where, rng):
+    """Issue 11, Note [NaN samples]: with a NaN in one sample, values and gradients match autograd
+    through the float64 oracle, NaN exactly where it has NaN: the colours and depths in front of
+    the NaN keep finite gradients (the backward used to rebuild their transmittance from a sum
+    through the NaN). Rays of 6 and 45 samples put the NaN in one CUDA chunk or past the first."""
+    lengths = [6, 45, 5]
+    x = _rays(lengths, 3, rng)
+    x["alphas"] = _uniform(sum(lengths), 0.0, 0.6, rng)
+    x["background"] = _uniform(3, 0.0, 1.0, rng)
+    for s in (3, 6 + 37):  # one sample in each of the first two rays
+        if where == "rgbs":
+            x["rgbs"][s, 1] = math.nan
+        else:
+            x[where][s] = math.nan
+    alpha = where == "alphas"
+    offsets = _offsets(lengths)
+    names = ["alphas" if alpha else "sigmas", "rgbs"] + ([] if alpha else ["delta_ts"])
+    names += ["ts", "background"]
+    results = []
+    for impl, dev in ((ref, "cpu"), (fieldfuse, device)):
+        leaves = {k: v.to(dev).requires_grad_(k in names) for k, v in x.items()}
+        out = _render(impl, leaves, offsets.to(dev), 0.0, alpha=alpha)
+        upstream = [torch.ones_like(out.rgb), torch.ones_like(out.depth)]
+        grads = _grads([out.rgb, out.depth], [leaves[k] for k in names], upstream)
+        results.append([out.rgb, out.depth] + grads)
+    for name, got, want in zip(["rgb", "depth"] + names, results[1], results[0], strict=True):
+        got = got.cpu()
+        if name == "alphas":
+            # The one exception (Note [NaN samples]): L is linear in each α, so the oracle's
+            # gradient to the NaN α itself is finite; ours, V/(1 − α) with 1 − α = NaN, is NaN.
+            assert got[[3, 6 + 37]].isnan().all()
+            got, want = got.clone(), want.clone()
+            got[[3, 6 + 37]] = want[[3, 6 + 37]] = 0.0
+        assert_close(got, want, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}")
+    # The point of the contract: the colours in front of the NaN keep finite gradients.
+    grad_rgbs = results[1][2 + names.index("rgbs")].cpu()
+    assert torch.isfinite(grad_rgbs[:3]).all() and torch.isfinite(grad_rgbs[6:6 + 37]).all()
+    assert torch.isfinite(grad_rgbs[-5:]).all()  # the third ray has no NaN at all
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_depth_needs_ts(device, rng):
     x = _cast(_rays(LENGTHS, 2, rng), device, F32)
