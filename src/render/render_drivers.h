@@ -88,7 +88,7 @@ struct RayBoxArgs {
   int64_t num_rays = 0;
   double ds = 0.0;
   Mat origins, directions;
-  Vec counts;                        ///< ray_box_counts
+  Vec counts;                        ///< ray_box_samples_counts
   const int64_t* offsets = nullptr;  ///< packed layout (null for counts and for padded)
   int64_t offsets_stride = 1;
   bool padded = false;   ///< [R, S] layout (S holds every ray: Note [ray-box sample count])

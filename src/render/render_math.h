@@ -101,8 +101,8 @@ FF_HOST_DEVICE FF_FORCE_INLINE T optical_depth_of_alpha(T alpha) {
 /// Whether the ray stops after a sample that left it with transmittance `trans` (the terminating
 /// sample is still composited and counted). A threshold of 0 stops only at T = 0 (opaque).
 template <class T>
-FF_HOST_DEVICE FF_FORCE_INLINE bool terminates(T trans, T threshold) {
-  return trans <= threshold;
+FF_HOST_DEVICE FF_FORCE_INLINE bool terminates(T trans, T transmittance_thresh) {
+  return trans <= transmittance_thresh;
 }
 
 // Note [stable backward]
