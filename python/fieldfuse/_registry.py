@@ -15,7 +15,8 @@ of :class:`OpSpec` entries, and hands the list to :func:`register`. One entry is
 - ``setup_context`` and ``backward`` are the autograd formula, in ``torch.library.register_autograd``
   form. ``backward`` calls the family's backward ops through the :class:`Op` objects that
   :func:`register` returns, so the same formula serves both call paths below, and a backward op with
-  an autograd entry of its own gives double backward.
+  an autograd entry of its own gives double backward. (``call_in_backward(ctx, op, ...)`` makes
+  that call without the path checks where they cannot change the answer.)
 - ``non_differentiable`` lists outputs autograd never tracks (counts, saved state).
 - ``eager_impl`` (optional) is what the eager fast path runs instead of ``impl``: the same
   computation, except that it may return None for outputs the caller did not ask for. A custom op
@@ -47,7 +48,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["Op", "OpSpec", "needs_input_grad", "register"]
+__all__ = ["Op", "OpSpec", "call_in_backward", "needs_input_grad", "register"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +71,18 @@ class OpSpec:
         return (self.eager_impl or self.impl)(*args)
 
 
+def call_in_backward(ctx, op: "Op", *args):
+    """A backward formula's call of another op (``backward`` of an :class:`OpSpec`).
+
+    On the eager path with no graph being built (no ``create_graph``), the arguments are the eager
+    path's own plain tensors, so the op's eager impl runs directly: :meth:`Op.__call__`'s path
+    checks would only cost host time (about 4 µs a call for render's backward, measured on CPU).
+    Otherwise, e.g. in double backward or on the library path, it is a plain call of ``op``."""
+    if not torch.is_grad_enabled() and getattr(ctx, "ff_spec", None) is not None:
+        return op.spec.run_eagerly(*args)
+    return op(*args)
+
+
 def needs_input_grad(ctx) -> tuple:
     """Which inputs need a gradient, one entry per input (a list of bools for a list of tensors),
     on either call path: the eager path's ``autograd.Function`` sees flattened inputs, so it records
@@ -84,8 +97,11 @@ def _is_tensor_list(value) -> bool:
     return isinstance(value, (list, tuple)) and len(value) > 0 and isinstance(value[0], Tensor)
 
 
-def _flatten(values) -> tuple[list, tuple]:
-    """Tensor lists spliced into one flat list; the layout holds their lengths (None elsewhere)."""
+def _flatten(values) -> tuple[list, tuple | None]:
+    """Tensor lists spliced into one flat list; the layout holds their lengths (None elsewhere),
+    or is None when there is no tensor list (the common case, spared the rebuilding)."""
+    if not any(_is_tensor_list(value) for value in values):
+        return list(values), None
     flat, layout = [], []
     for value in values:
         if _is_tensor_list(value):
@@ -97,7 +113,9 @@ def _flatten(values) -> tuple[list, tuple]:
     return flat, tuple(layout)
 
 
-def _unflatten(flat: Sequence, layout: tuple) -> list:
+def _unflatten(flat: Sequence, layout: tuple | None) -> list:
+    if layout is None:
+        return list(flat)
     values, i = [], 0
     for length in layout:
         if length is None:
@@ -119,14 +137,21 @@ def _flat_tensors(args) -> list[Tensor]:
     return out
 
 
+_PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+
+
 def _through_library(tensors: list[Tensor]) -> bool:
-    """Whether a call must go through the registered custom op (see Note [op table])."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+    """Whether a call must go through the registered custom op (see Note [op table]).
+
+    Runs on every call, so each test is the cheapest that decides: functorch's wrapped tensors
+    exist only while a transform is active, which one global query tells (a check of each tensor
+    cost 0.1 µs apiece), and ``is_cpu``/``is_cuda`` read the device without building a
+    ``torch.device``."""
+    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or torch._C._are_functorch_transforms_active()):
         return True
     for t in tensors:
-        if type(t) not in (Tensor, torch.nn.Parameter) or t.device.type not in ("cpu", "cuda"):
-            return True
-        if torch._C._functorch.is_functorch_wrapped_tensor(t):
+        if type(t) not in _PLAIN_TENSORS or not (t.is_cpu or t.is_cuda):
             return True
     return False
 
@@ -161,6 +186,8 @@ class _EagerAutograd(torch.autograd.Function):
         input_grads = ctx.ff_spec.backward(ctx, *grads)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
+        if ctx.ff_layout is None:
+            return (None, None, None, *input_grads)
         flat = []
         for grad, length in zip(input_grads, ctx.ff_layout, strict=True):
             if length is None:

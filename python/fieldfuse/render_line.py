@@ -51,8 +51,8 @@ def _gradient(ctx, grad_out):
     want_values, want_delta_ts = (bool(n) for n in _registry.needs_input_grad(ctx)[:2])
     if not (want_values or want_delta_ts):
         return None, None, None
-    gv, gd = _ops["line_integral_backward"](values, delta_ts, offsets, grad_out, want_values,
-                                            want_delta_ts)
+    gv, gd = _registry.call_in_backward(ctx, _ops["line_integral_backward"], values, delta_ts,
+                                        offsets, grad_out, want_values, want_delta_ts)
     return (gv if want_values else None), (gd if want_delta_ts else None), None
 
 

@@ -84,8 +84,9 @@ def _gradient_table(name, layout_schema):
         rest = (None,) * (1 + len(offsets) + len(ctx.layout_args))
         if not (want_origins or want_directions):
             return (None, None) + rest
-        go, gd = _ops[f"{name}_backward"](origins, directions, ctx.ds, *offsets, grad_points,
-                                          grad_delta_ts, want_origins, want_directions)
+        go, gd = _registry.call_in_backward(ctx, _ops[f"{name}_backward"], origins, directions,
+                                            ctx.ds, *offsets, grad_points, grad_delta_ts,
+                                            want_origins, want_directions)
         return (go if want_origins else None, gd if want_directions else None) + rest
 
     backward = _registry.OpSpec(

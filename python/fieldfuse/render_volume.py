@@ -106,9 +106,15 @@ class _Variant(NamedTuple):
         """_Inputs as the op takes them."""
         return tuple(x[:2]) + (() if self.alpha_input else (x.delta_ts,)) + tuple(x[3:])
 
-    def c_inputs(self, x: _Inputs) -> list:
-        """_Inputs as the binding takes them (DLPack capsules, None for absent tensors)."""
-        return [t if isinstance(t, float) else _capsule(t) for t in self.op_inputs(x)]
+    def c_inputs(self, x: _Inputs) -> tuple:
+        """_Inputs as the binding takes them (DLPack capsules, None for absent tensors). Written
+        out: this runs twice per training step, and host time is the cost at small sizes."""
+        first, rgbs, delta_ts, ts, offsets, transmittance_thresh, background, prefix = x
+        ts, background, prefix = _capsule(ts), _capsule(background), _capsule(prefix)
+        if self.alpha_input:
+            return (dl(first), dl(rgbs), ts, dl(offsets), transmittance_thresh, background, prefix)
+        return (dl(first), dl(rgbs), dl(delta_ts), ts, dl(offsets), transmittance_thresh,
+                background, prefix)
 
     def gradients(self, op_grads) -> _Gradients:
         """The backward op's outputs (or gradient flags) as _Gradients (delta_ts None for alpha)."""
@@ -151,23 +157,25 @@ def _forward_outputs(x: _Inputs, wanted: _Wanted, absent) -> _Outputs:
 
 def _gradients(x: _Inputs, wanted: _Gradients, absent) -> _Gradients:
     """The backward's outputs, uninitialised; ``absent(first)`` for those not wanted."""
-    grads = []
-    for name, want, t in zip(_Gradients._fields, wanted, _differentiable(x), strict=True):
-        if not want or t is None:
-            grads.append(absent(x.first))
-        elif name == "background":
-            # Per-ray background gradients, in float32 for 16-bit inputs: a shared background
-            # sums them, and that sum must round once, not once per ray.
-            r, c = num_rays(x.offsets), x.rgbs.shape[1]
-            grads.append(x.first.new_empty((r, c), dtype=reduced_dtype(x.first.dtype)))
-        else:
-            grads.append(torch.empty_like(t))
-    return _Gradients(*grads)
+    first = x.first
+
+    def like(want, t):
+        return torch.empty_like(t) if want and t is not None else absent(first)
+
+    background = absent(first)
+    if wanted.background and x.background is not None:
+        # Per-ray background gradients, in float32 for 16-bit inputs: a shared background sums
+        # them, and that sum must round once, not once per ray.
+        r, c = num_rays(x.offsets), x.rgbs.shape[1]
+        background = first.new_empty((r, c), dtype=reduced_dtype(first.dtype))
+    return _Gradients(like(wanted.first, first), like(wanted.rgbs, x.rgbs),
+                      like(wanted.delta_ts, x.delta_ts), like(wanted.ts, x.ts), background,
+                      like(wanted.prefix_transmittance, x.prefix_transmittance))
 
 
-def _differentiable(x: _Inputs) -> tuple:
+def _differentiable(x: _Inputs) -> _Gradients:
     """The inputs _Gradients is about, in its order."""
-    return (x.first, x.rgbs, x.delta_ts, x.ts, x.background, x.prefix_transmittance)
+    return _Gradients(x.first, x.rgbs, x.delta_ts, x.ts, x.background, x.prefix_transmittance)
 
 
 def _table(v: _Variant) -> list[_registry.OpSpec]:
@@ -189,9 +197,9 @@ def _table(v: _Variant) -> list[_registry.OpSpec]:
     def forward(absent, *args):
         x, wanted = split_forward(args)
         out = _forward_outputs(x, wanted, absent)
-        computed = [dl(o) if want else None for o, want in zip(out[2:], wanted, strict=True)]
+        computed = [dl(o) if want else None for o, want in zip(out[2:], wanted)]
         c_forward(*v.c_inputs(x), dl(out.rgb), dl(out.opacity), *computed, stream_of(x.first))
-        return tuple(out)
+        return out
 
     def split_backward(args):
         x = v.inputs(args)
@@ -205,12 +213,11 @@ def _table(v: _Variant) -> list[_registry.OpSpec]:
     def backward(absent, *args):
         x, upstream, wanted = split_backward(args)
         grads = _gradients(x, wanted, absent)
-        computed = _Gradients(*(
-            dl(g) if want and t is not None else None
-            for g, want, t in zip(grads, wanted, _differentiable(x), strict=True)
-        ))
-        c_backward(*v.c_inputs(x), *(_capsule(u) for u in upstream), *v.op_gradients(computed),
-                   stream_of(x.first))
+        # Only the gradients asked for reach the binding (a placeholder is not one).
+        computed = [dl(g) if want and t is not None else None
+                    for g, want, t in zip(v.op_gradients(grads), v.op_gradients(wanted),
+                                          v.op_gradients(_differentiable(x)))]
+        c_backward(*v.c_inputs(x), *map(_capsule, upstream), *computed, stream_of(x.first))
         return v.op_gradients(grads)
 
     def setup_context(ctx, inputs, output):
@@ -238,8 +245,8 @@ def _table(v: _Variant) -> list[_registry.OpSpec]:
         upstream = (grad_rgb, grad_opacity, grad_depth if w.depth else None,
                     grad_weights if w.weights else None,
                     grad_transmittance if w.transmittance else None, state)
-        grads = v.gradients(_ops[f"{v.name}_backward"](*v.op_inputs(x), *upstream,
-                                                        *v.op_gradients(wanted)))
+        grads = v.gradients(_registry.call_in_backward(
+            ctx, _ops[f"{v.name}_backward"], *v.op_inputs(x), *upstream, *v.op_gradients(wanted)))
         g = _Gradients(*(gi if want else None for gi, want in zip(grads, wanted, strict=True)))
         g_background = g.background
         if g_background is not None:

@@ -102,3 +102,24 @@ def test_eager_impl_returns_none_for_unrequested_outputs_on_the_eager_path_only(
         plus, double = call(x, True)
         (grad,) = torch.autograd.grad(plus.sum() + double.sum(), x)
         torch.testing.assert_close(grad, torch.full_like(x, 3.0))
+
+
+def test_call_in_backward_skips_the_path_checks_only_on_the_eager_path(monkeypatch):
+    calls = []
+    original = _registry.Op.__call__
+
+    def spy(self, *args):
+        calls.append(self.spec.name)
+        return original(self, *args)
+
+    monkeypatch.setattr(_registry.Op, "__call__", spy)
+    values = torch.rand(5, 2, dtype=torch.float64, requires_grad=True)
+    offsets = torch.tensor([0, 2, 5])
+    fieldfuse.line_integral(values, torch.rand(5, dtype=torch.float64), offsets).sum().backward()
+    assert calls == ["line_integral_forward"]  # the backward op ran its eager impl directly
+    calls.clear()
+    deltas = torch.rand(5, dtype=torch.float64)
+    out = torch.ops.fieldfuse.line_integral_forward(values, deltas, offsets)
+    (grad,) = torch.autograd.grad(out.sum(), values, create_graph=True)
+    assert calls == ["line_integral_backward"]  # the library path calls the op as before
+    torch.testing.assert_close(grad, deltas[:, None].expand(5, 2), rtol=0, atol=0)
