@@ -33,6 +33,9 @@ namespace fieldfuse {
 // (that sample is composited and counted in total_samples); a ray whose starting T is already
 // <= thresh composites nothing (so chunked marching equals one pass). Then rgb += T·background.
 // Weights past termination are 0. An empty ray gives rgb = T·background, zero depth and opacity.
+// A NaN sample poisons only what depends on it: the ray's outputs, its gradients to σ, δ, α and
+// the prefix, but not the gradients to the colours and depths in front of it (Note [NaN samples]
+// in src/render/render_ray.h).
 
 struct VolumeRenderInputs {
   TensorRef sigmas;          ///< [N] densities, or opacities in [0, 1] with `alpha_input`
@@ -107,32 +110,47 @@ void line_integral_backward(const TensorRef& values, const TensorRef& delta_ts,
 // ray_box_samples: uniform samples of rays through the box [−1, 1]³
 // ---------------------------------------------------------------------------------------------
 // For ray r = o + t·d: the slab intersection [t_in, t_out] (parallel within 1e-8 of a face: inside
-// only if |o| <= 1 on that axis; touching an edge or a corner is a miss), n = ceil(len/ds) + 1
-// (>= 2) samples t_k = t_in + k·δ with δ = len/(n − 1), points o + t_k·d. A ray that misses has
-// n = 0. Points and δ are differentiable with respect to o and d (t_in, t_out and δ included; n is
-// piecewise constant).
+// only if |o| <= 1 on that axis; touching an edge or a corner is a miss), n = ceil(ℓ/ds) + 1
+// (>= 2) samples for the chord length ℓ = |d|·(t_out − t_in) (ds is a distance, so n does not
+// depend on |d|), at t_k = t_in + k·δ with δ = (t_out − t_in)/(n − 1) (a step of t: the distance
+// between samples for unit d), points o + t_k·d. A ray that misses has n = 0. Points and δ are
+// differentiable with respect to o and d (t_in, t_out and δ included; n is piecewise constant).
 //
-// Layouts: packed (`offsets [R+1]`, the exclusive sum of `ray_box_counts`; points [N, 3],
-// delta_ts [N]) or padded (offsets absent; points [R, S, 3], delta_ts [R, S], and `valid [R, S]`
-// bool, with S >= ceil(2√3/ds) + 1 so that every ray fits). Padding slots are written as zeros.
+// Layouts: packed (`offsets [R+1]`, the exclusive sum of `ray_box_samples_counts`; points [N, 3],
+// delta_ts [N]) or padded (points [R, S, 3], delta_ts [R, S], `valid [R, S]` bool) with the
+// capacity S = ceil(2√3/ds) + 1, which holds every ray for any direction length (a chord of the
+// box is at most its diagonal; Note [ray-box sample count] in src/render/render_math.h). Padding
+// slots are written as zeros. ds must be finite, > 0, and small counts only: R·S·3 must fit in
+// int64 (else ValueError naming ds).
 
-/// The padded capacity for a step: ceil(2√3/ds) + 1.
-int64_t ray_box_capacity(double ds);
+/// The padded capacity S = ceil(2√3/ds) + 1 for a step (errors named ray_box_samples_padded).
+int64_t ray_box_samples_padded_capacity(double ds);
 
-/// counts[r] = n of ray r (int64).
-void ray_box_counts(const TensorRef& origins, const TensorRef& directions, double ds,
-                    const TensorRef& counts, Stream stream = {});
+/// counts[r] = n of ray r (int64): what ray_box_samples_forward writes for ray r.
+void ray_box_samples_counts(const TensorRef& origins, const TensorRef& directions, double ds,
+                            const TensorRef& counts, Stream stream = {});
 
-/// `offsets` present: packed layout; absent: padded layout (then `valid` is required).
+/// The packed samples: `offsets` is the exclusive sum of ray_box_samples_counts.
 void ray_box_samples_forward(const TensorRef& origins, const TensorRef& directions, double ds,
                              const TensorRef& offsets, const TensorRef& points,
-                             const TensorRef& delta_ts, const TensorRef& valid, Stream stream = {});
+                             const TensorRef& delta_ts, Stream stream = {});
 
 /// Gradients to origins and directions (either may be absent) from grad_points and, if present,
-/// grad_delta_ts, in the layout of the forward.
+/// grad_delta_ts, in the packed layout.
 void ray_box_samples_backward(const TensorRef& origins, const TensorRef& directions, double ds,
                               const TensorRef& offsets, const TensorRef& grad_points,
                               const TensorRef& grad_delta_ts, const TensorRef& grad_origins,
                               const TensorRef& grad_directions, Stream stream = {});
+
+/// The padded samples and their mask ([R, S] rows with S = ray_box_samples_padded_capacity(ds)).
+void ray_box_samples_padded_forward(const TensorRef& origins, const TensorRef& directions,
+                                    double ds, const TensorRef& points, const TensorRef& delta_ts,
+                                    const TensorRef& valid, Stream stream = {});
+
+/// ray_box_samples_backward in the padded layout.
+void ray_box_samples_padded_backward(const TensorRef& origins, const TensorRef& directions,
+                                     double ds, const TensorRef& grad_points,
+                                     const TensorRef& grad_delta_ts, const TensorRef& grad_origins,
+                                     const TensorRef& grad_directions, Stream stream = {});
 
 }  // namespace fieldfuse

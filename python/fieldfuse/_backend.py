@@ -54,18 +54,6 @@ def check_tensor(op: str, arg: str, value) -> None:
         raise TypeError(f"{op}(): expected {arg} to be a torch.Tensor, but got {type(value).__name__}")
 
 
-def real_number(op: str, arg: str, value):
-    """`value` as a float for a schema's `float` argument, or a TypeError naming it (its range is
-    the C++ front's to check). Symbolic numbers under torch.compile pass through unchanged."""
-    if isinstance(value, (torch.SymFloat, torch.SymInt)):
-        return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{op}(): expected {arg} to be a real number, but got {type(value).__name__}"
-        )
-    return float(value)
-
-
 def float_list(op: str, arg: str, values) -> list[float]:
     """`values` (an iterable of real numbers, not a string) as Python floats, or a TypeError."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
@@ -80,3 +68,24 @@ def float_list(op: str, arg: str, values) -> list[float]:
                 f"({type(value).__name__})"
             )
     return [float(v) for v in values]
+
+
+def real_number(op: str, arg: str, value):
+    """`value` (a real number: int, float, NumPy scalar or 0-d tensor; not a bool or a string) as a
+    Python float, or fieldfuse's TypeError naming the op and argument.
+
+    A schema's ``float`` argument must be a float before the op is called, and ``float(None)`` or
+    ``float("abc")`` would raise Python's own error, naming neither the op nor the argument; the C++
+    front checks the value (finite, range) once it has a float. Symbolic numbers under
+    torch.compile pass through unchanged (``float()`` would specialise the graph on them).
+    """
+    if isinstance(value, (torch.SymFloat, torch.SymInt)):
+        return value
+    if not isinstance(value, (str, bytes, bool)):
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise TypeError(
+        f"{op}(): expected {arg} to be a real number, but got {value!r} ({type(value).__name__})"
+    )

@@ -15,8 +15,15 @@ of :class:`OpSpec` entries, and hands the list to :func:`register`. One entry is
 - ``setup_context`` and ``backward`` are the autograd formula, in ``torch.library.register_autograd``
   form. ``backward`` calls the family's backward ops through the :class:`Op` objects that
   :func:`register` returns, so the same formula serves both call paths below, and a backward op with
-  an autograd entry of its own gives double backward.
+  an autograd entry of its own gives double backward. (``call_in_backward(ctx, op, ...)`` makes
+  that call without the path checks where they cannot change the answer.)
 - ``non_differentiable`` lists outputs autograd never tracks (counts, saved state).
+- ``eager_impl`` (optional) is what the eager fast path runs instead of ``impl``: the same
+  computation, except that it may return None for outputs the caller did not ask for. A custom op
+  must return a tensor for every output of its schema, so ``impl`` returns 0-element tensors
+  there; on the eager path each such allocation is host time spent on nothing (2–4 µs on CUDA).
+  ``setup_context`` and ``backward`` then see None for those outputs (and, with
+  ``materialize_grads=False``, None for their gradients).
 
 :func:`register` returns an :class:`Op` per entry. Calling it picks one of two paths:
 
@@ -47,7 +54,14 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["Op", "OpSpec", "library_path", "needs_input_grad", "register"]
+__all__ = [
+    "Op",
+    "OpSpec",
+    "call_in_backward",
+    "library_path",
+    "needs_input_grad",
+    "register",
+]
 
 # Set by library_path(): every call takes the library path (tests and the host-time benchmark
 # compare the two paths on the same inputs).
@@ -79,6 +93,23 @@ class OpSpec:
     #: False: ``backward`` takes None for outputs with no gradient (else zeros, as the library path)
     materialize_grads: bool = True
     schema: str | None = None  #: e.g. "(Tensor vol, float eps) -> Tensor"; else impl's annotations
+    #: the eager fast path's impl: may return None for unrequested outputs (default: ``impl``)
+    eager_impl: Callable | None = None
+
+    def run_eagerly(self, *args):
+        return (self.eager_impl or self.impl)(*args)
+
+
+def call_in_backward(ctx, op: "Op", *args):
+    """A backward formula's call of another op (``backward`` of an :class:`OpSpec`).
+
+    On the eager path with no graph being built (no ``create_graph``), the arguments are the eager
+    path's own plain tensors, so the op's eager impl runs directly: :meth:`Op.__call__`'s path
+    checks would only cost host time (about 4 µs a call for render's backward, measured on CPU).
+    Otherwise, e.g. in double backward or on the library path, it is a plain call of ``op``."""
+    if not torch.is_grad_enabled() and getattr(ctx, "ff_spec", None) is not None:
+        return op.spec.run_eagerly(*args)
+    return op(*args)
 
 
 def needs_input_grad(ctx) -> tuple:
@@ -95,8 +126,11 @@ def _is_tensor_list(value) -> bool:
     return isinstance(value, (list, tuple)) and len(value) > 0 and isinstance(value[0], Tensor)
 
 
-def _flatten(values) -> tuple[list, tuple]:
-    """Tensor lists spliced into one flat list; the layout holds their lengths (None elsewhere)."""
+def _flatten(values) -> tuple[list, tuple | None]:
+    """Tensor lists spliced into one flat list; the layout holds their lengths (None elsewhere),
+    or is None when there is no tensor list (the common case, spared the rebuilding)."""
+    if not any(_is_tensor_list(value) for value in values):
+        return list(values), None
     flat, layout = [], []
     for value in values:
         if _is_tensor_list(value):
@@ -108,7 +142,9 @@ def _flatten(values) -> tuple[list, tuple]:
     return flat, tuple(layout)
 
 
-def _unflatten(flat: Sequence, layout: tuple) -> list:
+def _unflatten(flat: Sequence, layout: tuple | None) -> list:
+    if layout is None:
+        return list(flat)
     values, i = [], 0
     for length in layout:
         if length is None:
@@ -130,16 +166,23 @@ def _flat_tensors(args) -> list[Tensor]:
     return out
 
 
+_PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+
+
 def _through_library(tensors: list[Tensor]) -> bool:
-    """Whether a call must go through the registered custom op (see Note [op table])."""
-    if _force_library or torch.compiler.is_compiling() or torch.jit.is_tracing():
+    """Whether a call must go through the registered custom op (see Note [op table]).
+
+    Runs on every call, so each test is the cheapest that decides: functorch's wrapped tensors
+    exist only while a transform is active, which one global query tells (a check of each tensor
+    cost 0.1 µs apiece), and ``is_cpu``/``is_cuda`` read the device without building a
+    ``torch.device``."""
+    if (_force_library or torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or torch._C._are_functorch_transforms_active()):
         return True
     if torch._C._len_torch_dispatch_stack() > 0:  # a TorchDispatchMode must see the op
         return True
     for t in tensors:
-        if type(t) not in (Tensor, torch.nn.Parameter) or t.device.type not in ("cpu", "cuda"):
-            return True
-        if torch._C._functorch.is_functorch_wrapped_tensor(t):
+        if type(t) not in _PLAIN_TENSORS or not (t.is_cpu or t.is_cuda):
             return True
     return False
 
@@ -150,7 +193,7 @@ class _EagerAutograd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec: OpSpec, layout: tuple, out_layout: list, *flat_inputs):
         inputs = _unflatten(flat_inputs, layout)
-        outputs = spec.impl(*inputs)
+        outputs = spec.run_eagerly(*inputs)
         spec.setup_context(ctx, inputs, outputs)
         ctx.ff_spec, ctx.ff_layout = spec, layout
         ctx.set_materialize_grads(spec.materialize_grads)
@@ -174,6 +217,8 @@ class _EagerAutograd(torch.autograd.Function):
         input_grads = ctx.ff_spec.backward(ctx, *grads)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
+        if ctx.ff_layout is None:
+            return (None, None, None, *input_grads)
         flat = []
         for grad, length in zip(input_grads, ctx.ff_layout, strict=True):
             if length is None:
@@ -243,7 +288,7 @@ class Op:
             return self.custom_op(*args)
         wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         if not wants_grad:
-            return self.spec.impl(*args)
+            return self.spec.run_eagerly(*args)
         if not self.differentiable:
             # The library path raises torch's own error for an op without a gradient formula.
             return self.custom_op(*args)

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "render/render_drivers.h"
+#include "render/render_math.h"
 
 namespace fieldfuse {
 namespace {
@@ -163,7 +164,7 @@ VolumeRenderArgs render_args(const char* op, const VolumeRenderInputs& in) {
          "expected transmittance_thresh in [0, 1), but got " +
              detail::number_text(in.transmittance_thresh));
   }
-  a.threshold = in.transmittance_thresh;
+  a.transmittance_thresh = in.transmittance_thresh;
   if (!is_absent(in.background)) {
     const TensorRef& bg = in.background;
     if (bg.ndim == 1) {
@@ -378,9 +379,30 @@ void line_integral_backward(const TensorRef& values, const TensorRef& delta_ts,
 
 namespace {
 
-constexpr const char* kCountsOp = "ray_box_counts";
 constexpr const char* kBoxOp = "ray_box_samples";
 constexpr const char* kBoxBackwardOp = "ray_box_samples_backward";
+constexpr const char* kPaddedOp = "ray_box_samples_padded";
+constexpr const char* kPaddedBackwardOp = "ray_box_samples_padded_backward";
+
+/// ceil(2√3/ds), or an error naming ds when it is not a positive finite step or when the sample
+/// counts of `num_rays` rays (each at most the result + 1, with 3 coordinates) could overflow
+/// int64 (ds = 1e-300 asks for 3e300 samples; a cast would wrap around).
+double checked_max_steps(const char* op, double ds, int64_t num_rays) {
+  if (!std::isfinite(ds) || ds <= 0.0) {
+    fail(ErrorKind::Value, op,
+         "expected ds to be finite and > 0, but got " + detail::number_text(ds));
+  }
+  const double steps = detail::render::max_box_steps(ds);
+  // 2^62: below int64's 2^63 with room for the + 1 and the rounding of the product.
+  constexpr double kMaxElements = 4611686018427387904.0;
+  const double rays = num_rays > 1 ? static_cast<double>(num_rays) : 1.0;
+  if (!((steps + 1.0) * 3.0 * rays < kMaxElements)) {
+    fail(ErrorKind::Value, op,
+         "expected ds large enough that R·(ceil(2√3/ds) + 1)·3 samples fit in int64 (R = " +
+             std::to_string(num_rays) + " rays), but got ds = " + detail::number_text(ds));
+  }
+  return steps;
+}
 
 RayBoxArgs box_args(const char* op, const TensorRef& origins, const TensorRef& directions,
                     double ds) {
@@ -391,10 +413,6 @@ RayBoxArgs box_args(const char* op, const TensorRef& origins, const TensorRef& d
   }
   const int64_t r = origins.sizes[0];
   check_input(op, "directions", directions, origins, "origins", {r, 3}, dims(r, 3));
-  if (!std::isfinite(ds) || ds <= 0.0) {
-    fail(ErrorKind::Value, op,
-         "expected ds to be finite and > 0, but got " + detail::number_text(ds));
-  }
   RayBoxArgs a;
   a.op = op;
   a.dtype = origins.dtype;
@@ -403,15 +421,14 @@ RayBoxArgs box_args(const char* op, const TensorRef& origins, const TensorRef& d
   a.ds = ds;
   a.origins = mat(origins);
   a.directions = mat(directions);
-  a.capacity = ray_box_capacity(ds);
+  a.capacity = static_cast<int64_t>(checked_max_steps(op, ds, r)) + 1;
   return a;
 }
 
-/// The sample layout: packed (offsets [R+1], N samples) or padded ([R, S]).
-void box_layout(const char* op, RayBoxArgs& a, const TensorRef& offsets, const TensorRef& ref,
-                int64_t samples_if_packed) {
-  if (is_absent(offsets)) return;
-  const Rays rays = check_offsets(op, offsets, ref, "origins", samples_if_packed);
+/// The packed layout: offsets [R+1] over N samples.
+void packed_layout(const char* op, RayBoxArgs& a, const TensorRef& offsets, const TensorRef& ref,
+                   int64_t num_samples) {
+  const Rays rays = check_offsets(op, offsets, ref, "origins", num_samples);
   if (rays.count != a.num_rays) {
     fail(ErrorKind::Value, op,
          "expected offsets to have R + 1 = " + std::to_string(a.num_rays + 1) +
@@ -424,7 +441,7 @@ void box_layout(const char* op, RayBoxArgs& a, const TensorRef& offsets, const T
 /// A packed [N, ...] or padded [R, S, ...] per-sample tensor as rows × (k) with row strides.
 Mat sample_rows(const char* op, const char* arg, const TensorRef& t, const RayBoxArgs& a,
                 int inner) {
-  if (a.offsets != nullptr) {
+  if (!a.padded) {
     if (t.ndim != 1 + inner || (inner == 1 && t.sizes[1] != 3)) {
       fail(ErrorKind::Value, op,
            std::string("expected ") + arg + " to have shape " + (inner ? "[N, 3]" : "[N]") +
@@ -450,34 +467,10 @@ Mat sample_rows(const char* op, const char* arg, const TensorRef& t, const RayBo
   return {data_of(t), t.strides[1], inner ? t.strides[2] : 0};
 }
 
-}  // namespace
-
-int64_t ray_box_capacity(double ds) {
-  return static_cast<int64_t>(std::ceil(2.0 * std::sqrt(3.0) / ds)) + 1;
-}
-
-void ray_box_counts(const TensorRef& origins, const TensorRef& directions, double ds,
-                    const TensorRef& counts, Stream stream) {
-  RayBoxArgs a = box_args(kCountsOp, origins, directions, ds);
-  const std::pair<const char*, const TensorRef*> o{"origins", &origins},
-      d{"directions", &directions};
-  check_output(kCountsOp, "counts", counts, origins, "origins", {a.num_rays}, dims(a.num_rays),
-               DType::Int64, o, d);
-  a.counts = vec(counts);
-  a.stream = stream;
-#if FIELDFUSE_WITH_CUDA
-  if (a.device.is_cuda()) return detail::render::ray_box_counts_cuda(a);
-#endif
-  detail::render::ray_box_counts_cpu(a);
-}
-
-void ray_box_samples_forward(const TensorRef& origins, const TensorRef& directions, double ds,
-                             const TensorRef& offsets, const TensorRef& points,
-                             const TensorRef& delta_ts, const TensorRef& valid, Stream stream) {
-  const char* op = kBoxOp;
-  RayBoxArgs a = box_args(op, origins, directions, ds);
-  detail::check_storage(op, "points", points);
-  box_layout(op, a, offsets, origins, points.ndim > 0 ? points.sizes[0] : 0);
+/// The forward of either layout: checks the written tensors, then runs the driver.
+void box_forward(RayBoxArgs& a, const TensorRef& origins, const TensorRef& directions,
+                 const TensorRef& points, const TensorRef& delta_ts, const TensorRef& valid) {
+  const char* op = a.op;
   const auto check_written = [&](const char* arg, const TensorRef& t, DType dtype,
                                  const char* why) {
     detail::check_storage(op, arg, t);
@@ -492,35 +485,30 @@ void ray_box_samples_forward(const TensorRef& origins, const TensorRef& directio
   a.points = sample_rows(op, "points", points, a, 1);
   const Mat steps = sample_rows(op, "delta_ts", delta_ts, a, 0);
   a.delta_ts = {steps.data, steps.stride0};
-  a.padded = a.offsets == nullptr;
-  if (a.offsets != nullptr && delta_ts.sizes[0] != points.sizes[0]) {
+  if (!a.padded && delta_ts.sizes[0] != points.sizes[0]) {
     fail(ErrorKind::Value, op, "expected delta_ts to have as many samples as points");
   }
-  if (a.offsets == nullptr) {
+  if (a.padded) {
     check_written("valid", valid, DType::Bool, "a mask");
     const Mat v = sample_rows(op, "valid", valid, a, 0);
     a.valid = {v.data, v.stride0};
   }
-  a.stream = stream;
 #if FIELDFUSE_WITH_CUDA
   if (a.device.is_cuda()) return detail::render::ray_box_forward_cuda(a);
 #endif
   detail::render::ray_box_forward_cpu(a);
 }
 
-void ray_box_samples_backward(const TensorRef& origins, const TensorRef& directions, double ds,
-                              const TensorRef& offsets, const TensorRef& grad_points,
-                              const TensorRef& grad_delta_ts, const TensorRef& grad_origins,
-                              const TensorRef& grad_directions, Stream stream) {
-  const char* op = kBoxBackwardOp;
-  RayBoxArgs a = box_args(op, origins, directions, ds);
-  detail::check_storage(op, "grad_points", grad_points);
-  box_layout(op, a, offsets, origins, grad_points.ndim > 0 ? grad_points.sizes[0] : 0);
+/// The backward of either layout (grad_points already checked for storage).
+void box_backward(RayBoxArgs& a, const TensorRef& origins, const TensorRef& directions,
+                  const TensorRef& grad_points, const TensorRef& grad_delta_ts,
+                  const TensorRef& grad_origins, const TensorRef& grad_directions) {
+  const char* op = a.op;
   detail::check_same_device(op, "grad_points", grad_points, "origins", origins);
   detail::check_dtype(op, "grad_points", grad_points, origins.dtype, "the dtype of origins");
-  a.padded = a.offsets == nullptr;
   a.grad_points = sample_rows(op, "grad_points", grad_points, a, 1);
   if (!is_absent(grad_delta_ts)) {
+    detail::check_storage(op, "grad_delta_ts", grad_delta_ts);
     detail::check_same_device(op, "grad_delta_ts", grad_delta_ts, "origins", origins);
     detail::check_dtype(op, "grad_delta_ts", grad_delta_ts, origins.dtype, "the dtype of origins");
     const Mat g = sample_rows(op, "grad_delta_ts", grad_delta_ts, a, 0);
@@ -538,11 +526,73 @@ void ray_box_samples_backward(const TensorRef& origins, const TensorRef& directi
                  dims(a.num_rays, 3), a.dtype, o, d, gp);
     a.grad_directions = mat(grad_directions);
   }
-  a.stream = stream;
 #if FIELDFUSE_WITH_CUDA
   if (a.device.is_cuda()) return detail::render::ray_box_backward_cuda(a);
 #endif
   detail::render::ray_box_backward_cpu(a);
+}
+
+}  // namespace
+
+int64_t ray_box_samples_padded_capacity(double ds) {
+  return static_cast<int64_t>(checked_max_steps(kPaddedOp, ds, 1)) + 1;
+}
+
+void ray_box_samples_counts(const TensorRef& origins, const TensorRef& directions, double ds,
+                            const TensorRef& counts, Stream stream) {
+  RayBoxArgs a = box_args(kBoxOp, origins, directions, ds);
+  const std::pair<const char*, const TensorRef*> o{"origins", &origins},
+      d{"directions", &directions};
+  check_output(kBoxOp, "counts", counts, origins, "origins", {a.num_rays}, dims(a.num_rays),
+               DType::Int64, o, d);
+  a.counts = vec(counts);
+  a.stream = stream;
+#if FIELDFUSE_WITH_CUDA
+  if (a.device.is_cuda()) return detail::render::ray_box_counts_cuda(a);
+#endif
+  detail::render::ray_box_counts_cpu(a);
+}
+
+void ray_box_samples_forward(const TensorRef& origins, const TensorRef& directions, double ds,
+                             const TensorRef& offsets, const TensorRef& points,
+                             const TensorRef& delta_ts, Stream stream) {
+  RayBoxArgs a = box_args(kBoxOp, origins, directions, ds);
+  detail::check_storage(kBoxOp, "points", points);
+  packed_layout(kBoxOp, a, offsets, origins, points.ndim > 0 ? points.sizes[0] : 0);
+  a.stream = stream;
+  box_forward(a, origins, directions, points, delta_ts, TensorRef{});
+}
+
+void ray_box_samples_padded_forward(const TensorRef& origins, const TensorRef& directions,
+                                    double ds, const TensorRef& points, const TensorRef& delta_ts,
+                                    const TensorRef& valid, Stream stream) {
+  RayBoxArgs a = box_args(kPaddedOp, origins, directions, ds);
+  a.padded = true;
+  a.stream = stream;
+  box_forward(a, origins, directions, points, delta_ts, valid);
+}
+
+void ray_box_samples_backward(const TensorRef& origins, const TensorRef& directions, double ds,
+                              const TensorRef& offsets, const TensorRef& grad_points,
+                              const TensorRef& grad_delta_ts, const TensorRef& grad_origins,
+                              const TensorRef& grad_directions, Stream stream) {
+  RayBoxArgs a = box_args(kBoxBackwardOp, origins, directions, ds);
+  detail::check_storage(kBoxBackwardOp, "grad_points", grad_points);
+  packed_layout(kBoxBackwardOp, a, offsets, origins,
+                grad_points.ndim > 0 ? grad_points.sizes[0] : 0);
+  a.stream = stream;
+  box_backward(a, origins, directions, grad_points, grad_delta_ts, grad_origins, grad_directions);
+}
+
+void ray_box_samples_padded_backward(const TensorRef& origins, const TensorRef& directions,
+                                     double ds, const TensorRef& grad_points,
+                                     const TensorRef& grad_delta_ts, const TensorRef& grad_origins,
+                                     const TensorRef& grad_directions, Stream stream) {
+  RayBoxArgs a = box_args(kPaddedBackwardOp, origins, directions, ds);
+  detail::check_storage(kPaddedBackwardOp, "grad_points", grad_points);
+  a.padded = true;
+  a.stream = stream;
+  box_backward(a, origins, directions, grad_points, grad_delta_ts, grad_origins, grad_directions);
 }
 
 }  // namespace fieldfuse

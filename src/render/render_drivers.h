@@ -49,7 +49,7 @@ struct VolumeRenderArgs {
   Rays rays;
   int64_t channels = 1;
   bool alpha_input = false;
-  double threshold = 0.0;
+  double transmittance_thresh = 0.0;
   Vec sigmas, delta_ts, ts, prefix;
   Mat rgbs, background;  ///< background [R, C], or [C] seen as stride0 = 0
   // forward outputs
@@ -88,10 +88,10 @@ struct RayBoxArgs {
   int64_t num_rays = 0;
   double ds = 0.0;
   Mat origins, directions;
-  Vec counts;                        ///< ray_box_counts
+  Vec counts;                        ///< ray_box_samples_counts
   const int64_t* offsets = nullptr;  ///< packed layout (null for counts and for padded)
   int64_t offsets_stride = 1;
-  bool padded = false;   ///< [R, S] layout: rays needing more than S samples are cut at S
+  bool padded = false;   ///< [R, S] layout (S holds every ray: Note [ray-box sample count])
   int64_t capacity = 0;  ///< padded: S
   Mat points;            ///< packed: [N, 3] (stride0 per sample); padded: [R·S, 3] view
   Vec delta_ts;          ///< packed: [N]; padded: [R·S] view

@@ -101,8 +101,8 @@ FF_HOST_DEVICE FF_FORCE_INLINE T optical_depth_of_alpha(T alpha) {
 /// Whether the ray stops after a sample that left it with transmittance `trans` (the terminating
 /// sample is still composited and counted). A threshold of 0 stops only at T = 0 (opaque).
 template <class T>
-FF_HOST_DEVICE FF_FORCE_INLINE bool terminates(T trans, T threshold) {
-  return trans <= threshold;
+FF_HOST_DEVICE FF_FORCE_INLINE bool terminates(T trans, T transmittance_thresh) {
+  return trans <= transmittance_thresh;
 }
 
 // Note [stable backward]
@@ -220,10 +220,46 @@ FF_HOST_DEVICE FF_FORCE_INLINE BoxSpan<T> intersect_box(const T (&o)[3], const T
   return {enter, exit, inside && entry_axis >= 0 && exit > enter, entry_axis, exit_axis};
 }
 
-/// Samples of a span of length `length` at step `ds`: ceil(length/ds) + 1, at least 2.
+// Note [ray-box sample count]
+// ds is a distance in the box's units, not a step of the ray parameter t: a ray gets
+// n = ceil(ℓ/ds) + 1 samples (at least 2) for the chord length ℓ = |d|·(t_exit − t_enter). A chord
+// of the box [−1, 1]³ is at most its diagonal 2√3 long, so n <= ceil(2√3/ds) + 1 for every
+// direction length, and that bound is the padded layout's capacity S: padded rows hold every
+// sample the packed layout produces. (Counting steps of t instead made n grow as 1/|d|, and a
+// direction of length 1/2 overflowed S.) In floating point |d|·(t_exit − t_enter) can exceed 2√3
+// by a few ulps on a diagonal ray, so the count is capped at the bound, which exact arithmetic
+// never reaches past; the cap keeps packed and padded identical by construction.
+
+/// The most steps any ray takes through the box: ceil(2√3/ds) (Note [ray-box sample count]).
+FF_HOST_DEVICE FF_FORCE_INLINE double max_box_steps(double ds) {
+  return round_up(2.0 * 1.7320508075688772 / ds);
+}
+
+/// |d| without overflow or underflow of the squares (scaled by the largest component), each
+/// product and sum rounded once on host and device alike, so CPU and CUDA counts agree.
+FF_HOST_DEVICE FF_FORCE_INLINE double direction_length(const double (&d)[3]) {
+  double m = magnitude(d[0]);
+  m = magnitude(d[1]) > m ? magnitude(d[1]) : m;
+  m = magnitude(d[2]) > m ? magnitude(d[2]) : m;
+  if (m == 0.0 || !(m < INFINITY)) return m;
+  double sum = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    const double x = d[i] / m;
+#if defined(__CUDA_ARCH__)
+    sum = __dadd_rn(sum, __dmul_rn(x, x));  // no contraction into an fma: the host rounds twice
+#else
+    sum += x * x;
+#endif
+  }
+  return m * sqrt(sum);
+}
+
+/// Samples of a chord of length `length` at step `ds`: ceil(length/ds) + 1, at least 2, and at
+/// most max_steps + 1 (Note [ray-box sample count]).
 template <class T>
-FF_HOST_DEVICE FF_FORCE_INLINE int64_t sample_count(T length, T ds) {
-  const T steps = round_up(length / ds);
+FF_HOST_DEVICE FF_FORCE_INLINE int64_t sample_count(T length, T ds, T max_steps) {
+  T steps = round_up(length / ds);
+  steps = steps > max_steps ? max_steps : steps;
   return steps < T(1) ? 2 : static_cast<int64_t>(steps) + 1;
 }
 

@@ -149,6 +149,29 @@ FF_HOST_DEVICE FF_FORCE_INLINE RayState load_ray_state(const Mat& m, int64_t r, 
   return state;
 }
 
+// Note [NaN samples]
+// A NaN in a sample poisons what depends on it and nothing else, as autograd through the float64
+// oracle (python/fieldfuse/reference/render.py) does: NaN never terminates a ray, so its colour and
+// every output after it are NaN, and so are the ray's gradients to σ, δ, α and the prefix (they
+// move the transmittance the NaN sample sees); but the weights of the samples in front of it, and
+// so the gradients to their colours and depths, stay finite. The backward rebuilds τ in front of
+// each sample from the back, τ_i = τ_ref − Σ_{i≤j<ref} ℓ_j, with the reference ref the last
+// composited sample (its ℓ may be ∞; τ in front of it is the ray state's). When a NaN made τ
+// through the ray NaN, the reference moves to the first sample whose ℓ is not finite, found by a
+// second march over that ray's σ and δ alone (the forward and its ray state stay as they are: no
+// cost to rays without a NaN), and the samples behind it get τ = NaN. One gradient departs from
+// the oracle's: that of a NaN α itself. L is linear in each α, so the oracle's is finite, but ours
+// is formed as T'·q − V/(1 − α) (Note [stable backward]), NaN there.
+
+/// The sample the backward rebuilds τ from, and τ in front of it (Note [NaN samples]).
+struct Reference {
+  int64_t sample;
+  double depth_before;
+};
+
+/// Whether x is NaN or ±∞ (without <cmath>'s classification, the same on host and device).
+FF_HOST_DEVICE FF_FORCE_INLINE bool non_finite(double x) { return !(x - x == 0.0); }
+
 /// Adds one composited sample's ℓ to the optical depths of a ray state (ℓ of the last sample
 /// can be ∞, and τ in front of it stays finite).
 FF_HOST_DEVICE FF_FORCE_INLINE void add_depth(RayState& state, double ell) {
@@ -249,13 +272,13 @@ FF_HOST_DEVICE FF_FORCE_INLINE int64_t march_ray(const VolumeRenderArgs& a, int6
   int64_t s = begin;
   // A ray whose prefix transmittance is already at the threshold composites nothing, so marching
   // in chunks (prefix = the previous chunk's T) equals marching in one pass.
-  bool done = terminates(trans, a.threshold);
+  bool done = terminates(trans, a.transmittance_thresh);
   while (!done && s < end) {
     const Absorption<double> ab = sample_absorption<S>(a, s);
     visit(s, ab, trans);
     trans *= ab.factor;
     ++s;
-    done = terminates(trans, a.threshold);
+    done = terminates(trans, a.transmittance_thresh);
   }
   return s;
 }
@@ -306,6 +329,21 @@ FF_HOST_DEVICE RayState march_ray_state(const VolumeRenderArgs& a, int64_t r, in
   return state;
 }
 
+/// The reference of a march whose ray state is `state` (Note [NaN samples]).
+template <class S>
+FF_HOST_DEVICE Reference reference_sample(const VolumeRenderArgs& a, int64_t begin,
+                                          const RayState& state) {
+  const Reference last{state.stop - 1, state.depth_before_last};
+  if (!(state.depth_through != state.depth_through)) return last;  // no NaN: the common case
+  double depth = 0;
+  for (int64_t s = begin; s < last.sample; ++s) {
+    const double ell = sample_optical_depth<S>(a, s);
+    if (non_finite(ell)) return {s, depth};
+    depth += ell;
+  }
+  return last;
+}
+
 /// Backward of ray r (Note [stable backward]): the ray state (given, or found by a forward march)
 /// says which samples were composited; a back-to-front march then sums V and rebuilds each
 /// T' = exp(−τ) from τ, carried down by subtracting each sample's ℓ in float64.
@@ -319,7 +357,7 @@ FF_HOST_DEVICE void render_ray_backward(const VolumeRenderArgs& a, int64_t r) {
   const RayState state = a.ray_state.present() ? load_ray_state(a.ray_state, r, begin, end)
                                                : march_ray_state<S>(a, r, begin, end);
   const int64_t stop = state.stop;
-  const double t_final = state.trans_final, depth_before_last = state.depth_before_last;
+  const double t_final = state.trans_final;
 
   // Upstream gradients of the ray.
   const double g_opacity = load_or_zero<S>(a.grad_opacity, r);
@@ -333,13 +371,17 @@ FF_HOST_DEVICE void render_ray_backward(const VolumeRenderArgs& a, int64_t r) {
   const double rel_final = exponential(-state.depth_through);
   double behind = q_background * rel_final;  // V behind the sample
   double rel_behind = rel_final;             // T' behind the sample
-  double depth_behind = depth_before_last;   // τ behind the sample, for all but the last
+  const Reference ref = reference_sample<S>(a, begin, state);
+  double depth_behind = ref.depth_before;  // τ behind the sample, for those before the reference
   for (int64_t s = stop - 1; s >= begin; --s) {
     const bool last = s == stop - 1;
     const Absorption<double> ab = sample_absorption<S>(a, s);
     const double sigma = load<S>(a.sigmas, s);
     const double ell = sample_optical_depth<S>(a, s);
-    const double depth_before = last ? depth_before_last : depth_behind - ell;
+    // Behind the reference, τ depends on a NaN (Note [NaN samples]).
+    const double depth_before = s > ref.sample    ? static_cast<double>(NAN)
+                                : s == ref.sample ? ref.depth_before
+                                                  : depth_behind - ell;
     const double rel_before = exponential(-depth_before);
     const double w = ab.alpha * rel_before;  // the weight over T_0
 
@@ -429,8 +471,9 @@ FF_HOST_DEVICE RaySpan<S> ray_span(const RayBoxArgs& a, int64_t r) {
     span.d[i] = load<S>(a.directions, r, i);
   }
   span.box = intersect_box(span.o, span.d);
-  span.n = span.box.hit ? sample_count(span.box.exit - span.box.enter, a.ds) : 0;
-  if (a.padded && span.n > a.capacity) span.n = a.capacity;
+  // Note [ray-box sample count]: n counts steps of ds along the chord, |d|·(t_exit − t_enter).
+  const double chord = (span.box.exit - span.box.enter) * direction_length(span.d);
+  span.n = span.box.hit ? sample_count(chord, a.ds, static_cast<double>(a.capacity - 1)) : 0;
   return span;
 }
 

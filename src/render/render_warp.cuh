@@ -133,7 +133,7 @@ __device__ FF_FORCE_INLINE MarchState start_march(const VolumeRenderArgs& a, int
                                                   int64_t begin, int64_t end) {
   const double t0 = initial_transmittance<S>(a, r);
   // A ray that starts at or below the threshold composites nothing (Note [compositing]).
-  const bool done = terminates(t0, a.threshold);
+  const bool done = terminates(t0, a.transmittance_thresh);
   return {t0, done ? begin : end, done};
 }
 
@@ -151,7 +151,8 @@ __device__ FF_FORCE_INLINE MarchedSample<T> march_chunk(const VolumeRenderArgs& 
   x.trans_before = m.trans * (lane == 0 ? 1.0 : before);
   const double after = m.trans * through;
   const bool live = base + lane < end;
-  const unsigned stops = __ballot_sync(kFullWarp, live && terminates(after, a.threshold));
+  const unsigned stops =
+      __ballot_sync(kFullWarp, live && terminates(after, a.transmittance_thresh));
   const int live_lanes = end - base < kWarpSize ? static_cast<int>(end - base) : kWarpSize;
   x.last_lane = stops != 0 ? __ffs(static_cast<int>(stops)) - 1 : live_lanes - 1;
   x.composited = lane <= x.last_lane;
@@ -280,6 +281,29 @@ __device__ FF_FORCE_INLINE RayState march_ray_state_warp(const VolumeRenderArgs&
   return state;
 }
 
+/// reference_sample of render_ray.h by the calling warp (Note [NaN samples]): off the common
+/// path, which returns at once; a ray whose τ is NaN is marched again, σ and δ only.
+template <class T, class S, class L>
+__device__ FF_FORCE_INLINE Reference reference_sample_warp(const VolumeRenderArgs& a, int64_t begin,
+                                                           const RayState& ray) {
+  const Reference last{ray.stop - 1, ray.depth_before_last};
+  if (!(ray.depth_through != ray.depth_through)) return last;  // warp-uniform
+  const Wanted want{0, 0, false, false};
+  const int lane = lane_id();
+  double depth = 0;
+  for (int64_t base = begin; base < last.sample; base += kWarpSize) {
+    const bool live = base + lane < last.sample;
+    const double ell = live ? optical_depth_of(a, fetch<T, S, L>(a, base + lane, live, want)) : 0.0;
+    const unsigned bad = __ballot_sync(kFullWarp, live && non_finite(ell));
+    if (bad != 0) {
+      const int k = __ffs(static_cast<int>(bad)) - 1;
+      return {base + k, depth + warp_sum(lane < k ? ell : 0.0)};
+    }
+    depth += warp_sum(ell);
+  }
+  return last;
+}
+
 /// Backward of ray r by the calling warp (Note [stable backward], Note [warp march]).
 template <class S, class L, int kChannels>
 __device__ void render_ray_backward_warp(const VolumeRenderArgs& args, int64_t r) {
@@ -308,10 +332,12 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& args, int64_t r
   }
 
   // Back to front in chunks [hi − 32, hi), the first one ending at the last composited sample;
-  // T' = T/T_0. Each lane's τ is τ in front of the last sample minus the ℓ of the samples from it
-  // to the last (exclusive), V the sum of q·w' over the samples behind it.
+  // T' = T/T_0. Each lane's τ is τ in front of the reference sample (the last, but for Note [NaN
+  // samples]) minus the ℓ of the samples from it to the reference (exclusive), V the sum of q·w'
+  // over the samples behind it.
   const Wanted want{0, a.channels < kChannelBlock ? static_cast<int>(a.channels) : kChannelBlock,
                     a.ts.present(), a.grad_weights.present()};
+  const Reference ref = reference_sample_warp<T, S, L>(a, begin, ray);
   const double rel_final = exponential(-ray.depth_through);
   double behind_chunk = q_background * rel_final;  // V behind the chunk
   double depth_behind_chunk = 0;                   // Σ ℓ of the samples behind (the last: 0)
@@ -327,10 +353,12 @@ __device__ void render_ray_backward_warp(const VolumeRenderArgs& args, int64_t r
     next = fetch<T, S, L>(a, s - kWarpSize, s - kWarpSize >= begin, want);
     const Absorption<double> ab = absorption_of(a, in);
 
-    const double ell = last ? 0.0 : optical_depth_of(a, in);
+    const double ell = s < ref.sample ? optical_depth_of(a, in) : 0.0;
     const double depth_from = cuda::warp_suffix_sum(ell);  // this sample's ℓ and those behind
+    // Behind the reference, τ depends on a NaN (Note [NaN samples]).
     const double rel_before =
-        exponential(-(ray.depth_before_last - (depth_behind_chunk + depth_from)));
+        s > ref.sample ? static_cast<double>(NAN)
+                       : exponential(-(ref.depth_before - (depth_behind_chunk + depth_from)));
     const double rel_next = __shfl_down_sync(kFullWarp, rel_before, 1);
     const double rel_after = lane == kWarpSize - 1 ? rel_behind_chunk : rel_next;
     const double w = ab.alpha * rel_before;  // the weight over T_0

@@ -181,12 +181,12 @@ TEST(RenderApi, RayBoxPackedMatchesTheSlabMethod) {
   std::vector<int64_t> counts(3, -1);
   const TensorRef counts_ref =
       TensorRef::contiguous(counts.data(), fieldfuse::DType::Int64, {}, {3});
-  fieldfuse::ray_box_counts(origins.ref, dirs.ref, 0.5, counts_ref);
+  fieldfuse::ray_box_samples_counts(origins.ref, dirs.ref, 0.5, counts_ref);
   EXPECT_EQ(counts, (std::vector<int64_t>{5, 5, 0}));  // length 2 → ceil(4) + 1; the third misses
   std::vector<int64_t> offsets = offsets_of(counts);
   HostTensor<double> points = make_tensor<double>({10, 3}), delta = make_tensor<double>({10});
   fieldfuse::ray_box_samples_forward(origins.ref, dirs.ref, 0.5, offsets_ref(offsets), points.ref,
-                                     delta.ref, TensorRef{});
+                                     delta.ref);
   const std::vector<double> p = points.logical();
   EXPECT_DOUBLE_EQ(p[2], -1.0);  // first ray enters at z = −1
   EXPECT_DOUBLE_EQ(p[14], 1.0);  // and leaves at z = +1

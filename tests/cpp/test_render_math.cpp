@@ -240,9 +240,17 @@ TEST(RenderMath, BoxIntersection) {
 }
 
 TEST(RenderMath, SampleCountAndStep) {
-  EXPECT_EQ(rd::sample_count(2.0, 0.5), 5);
-  EXPECT_EQ(rd::sample_count(2.0, 0.3), 8);   // ceil(6.67) + 1
-  EXPECT_EQ(rd::sample_count(1e-9, 0.5), 2);  // at least 2
+  const double steps = rd::max_box_steps(0.5);  // ceil(2√3/0.5) = ceil(6.93)
+  EXPECT_EQ(steps, 7.0);
+  EXPECT_EQ(rd::sample_count(2.0, 0.5, steps), 5);
+  EXPECT_EQ(rd::sample_count(2.0, 0.3, rd::max_box_steps(0.3)), 8);  // ceil(6.67) + 1
+  EXPECT_EQ(rd::sample_count(1e-9, 0.5, steps), 2);                  // at least 2
+  // A diagonal a few ulps past 2√3 (rounding) is capped at the padded capacity.
+  EXPECT_EQ(rd::sample_count(2.0 * std::sqrt(3.0) * (1 + 1e-15), 2.0 * std::sqrt(3.0) / 7, steps),
+            8);
+  const double unit[3] = {0.0, 0.6, -0.8}, huge[3] = {3e200, 4e200, 0.0};
+  EXPECT_DOUBLE_EQ(rd::direction_length(unit), 1.0);
+  EXPECT_DOUBLE_EQ(rd::direction_length(huge), 5e200);  // the squares would overflow
   EXPECT_DOUBLE_EQ(rd::sample_step(2.0, int64_t{5}), 0.5);
 }
 

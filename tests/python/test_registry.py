@@ -87,3 +87,67 @@ def test_an_active_dispatch_mode_sees_the_op():
         torch.autograd.grad(fieldfuse.tv_sq_3d(vol), vol)
     assert "fieldfuse.tv_sq_3d_forward.default" in mode.names
     assert "fieldfuse.tv_sq_3d_backward.default" in mode.names
+
+
+def _optional_output_table(name):
+    """A toy table whose op returns x + 1 and, when asked, x * 2: the impl gives a 0-element tensor
+    for the unrequested output, the eager impl None (Note [op table], eager_impl)."""
+
+    def run(absent, x, want_double):
+        return x + 1, (x * 2 if want_double else absent(x))
+
+    def setup_context(ctx, inputs, output):
+        ctx.want_double = inputs[1]
+        ctx.saw_none = output[1] is None
+
+    def backward(ctx, grad_plus, grad_double):
+        grad = grad_plus
+        if ctx.want_double and grad_double is not None:
+            grad = grad + 2 * grad_double
+        return grad, None
+
+    return _registry.register([_registry.OpSpec(
+        name, lambda x, w: run(lambda t: t.new_empty(0), x, w),
+        lambda x, w: (torch.empty_like(x), torch.empty_like(x) if w else x.new_empty(0)),
+        setup_context, backward, materialize_grads=False,
+        schema="(Tensor x, bool want_double) -> (Tensor, Tensor)",
+        eager_impl=lambda x, w: run(lambda t: None, x, w),
+    )])[name]
+
+
+def test_eager_impl_returns_none_for_unrequested_outputs_on_the_eager_path_only():
+    op = _optional_output_table("registry_test_optional_output")
+    x = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    plus, double = op(x, False)
+    assert double is None  # eager: nothing allocated
+    (grad,) = torch.autograd.grad(plus.sum(), x)
+    torch.testing.assert_close(grad, torch.ones_like(x))
+    with torch.no_grad():
+        assert op(x, False)[1] is None
+    plus, double = op.custom_op(x, False)  # the library path: a 0-element placeholder
+    assert double.shape == (0,)
+    for call in (op, op.custom_op):
+        plus, double = call(x, True)
+        (grad,) = torch.autograd.grad(plus.sum() + double.sum(), x)
+        torch.testing.assert_close(grad, torch.full_like(x, 3.0))
+
+
+def test_call_in_backward_skips_the_path_checks_only_on_the_eager_path(monkeypatch):
+    calls = []
+    original = _registry.Op.__call__
+
+    def spy(self, *args):
+        calls.append(self.spec.name)
+        return original(self, *args)
+
+    monkeypatch.setattr(_registry.Op, "__call__", spy)
+    values = torch.rand(5, 2, dtype=torch.float64, requires_grad=True)
+    offsets = torch.tensor([0, 2, 5])
+    fieldfuse.line_integral(values, torch.rand(5, dtype=torch.float64), offsets).sum().backward()
+    assert calls == ["line_integral_forward"]  # the backward op ran its eager impl directly
+    calls.clear()
+    deltas = torch.rand(5, dtype=torch.float64)
+    out = torch.ops.fieldfuse.line_integral_forward(values, deltas, offsets)
+    (grad,) = torch.autograd.grad(out.sum(), values, create_graph=True)
+    assert calls == ["line_integral_backward"]  # the library path calls the op as before
+    torch.testing.assert_close(grad, deltas[:, None].expand(5, 2), rtol=0, atol=0)

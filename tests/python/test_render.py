@@ -781,6 +781,48 @@ def test_inference_equals_training_path(device, dtype, alpha, rng):
                 assert torch.equal(getattr(inference_mode, name), getattr(training, name)), name
 
 
+@pytest.mark.parametrize("where", ["sigmas", "delta_ts", "rgbs", "ts", "alphas"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_nan_sample_poisons_only_what_depends_on_it(device, where, rng):
+    """Issue 11, Note [NaN samples]: with a NaN in one sample, values and gradients match autograd
+    through the float64 oracle, NaN exactly where it has NaN: the colours and depths in front of
+    the NaN keep finite gradients (the backward used to rebuild their transmittance from a sum
+    through the NaN). Rays of 6 and 45 samples put the NaN in one CUDA chunk or past the first."""
+    lengths = [6, 45, 5]
+    x = _rays(lengths, 3, rng)
+    x["alphas"] = _uniform(sum(lengths), 0.0, 0.6, rng)
+    x["background"] = _uniform(3, 0.0, 1.0, rng)
+    for s in (3, 6 + 37):  # one sample in each of the first two rays
+        if where == "rgbs":
+            x["rgbs"][s, 1] = math.nan
+        else:
+            x[where][s] = math.nan
+    alpha = where == "alphas"
+    offsets = _offsets(lengths)
+    names = ["alphas" if alpha else "sigmas", "rgbs"] + ([] if alpha else ["delta_ts"])
+    names += ["ts", "background"]
+    results = []
+    for impl, dev in ((ref, "cpu"), (fieldfuse, device)):
+        leaves = {k: v.to(dev).requires_grad_(k in names) for k, v in x.items()}
+        out = _render(impl, leaves, offsets.to(dev), 0.0, alpha=alpha)
+        upstream = [torch.ones_like(out.rgb), torch.ones_like(out.depth)]
+        grads = _grads([out.rgb, out.depth], [leaves[k] for k in names], upstream)
+        results.append([out.rgb, out.depth] + grads)
+    for name, got, want in zip(["rgb", "depth"] + names, results[1], results[0], strict=True):
+        got = got.cpu()
+        if name == "alphas":
+            # The one exception (Note [NaN samples]): L is linear in each α, so the oracle's
+            # gradient to the NaN α itself is finite; ours, V/(1 − α) with 1 − α = NaN, is NaN.
+            assert got[[3, 6 + 37]].isnan().all()
+            got, want = got.clone(), want.clone()
+            got[[3, 6 + 37]] = want[[3, 6 + 37]] = 0.0
+        assert_close(got, want, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}")
+    # The point of the contract: the colours in front of the NaN keep finite gradients.
+    grad_rgbs = results[1][2 + names.index("rgbs")].cpu()
+    assert torch.isfinite(grad_rgbs[:3]).all() and torch.isfinite(grad_rgbs[6:6 + 37]).all()
+    assert torch.isfinite(grad_rgbs[-5:]).all()  # the third ray has no NaN at all
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_depth_needs_ts(device, rng):
     x = _cast(_rays(LENGTHS, 2, rng), device, F32)
@@ -928,7 +970,7 @@ def test_ray_box_degenerate_direction_is_a_miss(device):
     directions = torch.tensor([[0.0, 0.0, 0.0], [1e-9, -1e-9, 5e-9], [0.0, 0.0, 1.0]], dtype=F64)
     exact_points, exact_deltas, exact_offsets = ref.ray_box_samples(origins, directions, 0.5)
     assert exact_offsets.tolist() == [0, 0, 0, 5]
-    counts = torch.ops.fieldfuse.ray_box_counts(origins.to(device), directions.to(device), 0.5)
+    counts = torch.ops.fieldfuse.ray_box_samples_counts(origins.to(device), directions.to(device), 0.5)
     assert counts.tolist() == [0, 0, 5]
     points, deltas, offsets = fieldfuse.ray_box_samples(origins.to(device),
                                                         directions.to(device), 0.5)
@@ -941,21 +983,43 @@ def test_ray_box_degenerate_direction_is_a_miss(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_ray_box_counts_of_short_directions(device):
-    # Directions are not normalised: |d| = 1/2 doubles the span in t (n = ceil(4/0.5) + 1 = 9),
-    # more than the padded capacity ceil(2√3/0.5) + 1 = 8. The packed layout has no capacity, so
-    # its counts must be the full n, and they must equal what the packed forward writes.
+    # Directions are not normalised, and ds is a distance (Note [ray-box sample count]): |d| = 1/2
+    # doubles the span in t but not the chord, so n = ceil(2/0.5) + 1 = 5 whatever |d| is. The
+    # counts must equal what the packed forward writes.
     origins = torch.zeros(3, 3, dtype=F64)
     directions = torch.tensor([[0.0, 0.0, 0.5], [0.0, 0.0, 1.0], [0.3, 0.0, 0.0]], dtype=F64)
     exact_points, exact_deltas, exact_offsets = ref.ray_box_samples(origins, directions, 0.5)
-    assert exact_offsets.tolist() == [0, 9, 14, 29]
-    counts = torch.ops.fieldfuse.ray_box_counts(origins.to(device), directions.to(device), 0.5)
+    assert exact_offsets.tolist() == [0, 5, 10, 15]
+    counts = torch.ops.fieldfuse.ray_box_samples_counts(origins.to(device), directions.to(device),
+                                                        0.5)
     # Checked before the packed call: a count below what the forward writes overruns its buffers.
-    assert counts.tolist() == [9, 5, 15]
+    assert counts.tolist() == [5, 5, 5]
     points, deltas, offsets = fieldfuse.ray_box_samples(origins.to(device),
                                                         directions.to(device), 0.5)
     assert torch.equal(offsets.cpu(), exact_offsets)
     assert_close(points.cpu(), exact_points)
     assert_close(deltas.cpu(), exact_deltas)
+
+
+@pytest.mark.parametrize("scale", [0.5, 1e-3, 7.0])
+@pytest.mark.parametrize("device", DEVICES)
+def test_ray_box_padded_holds_every_sample_of_any_direction_length(device, scale, rng):
+    # Issue 11: with directions 0.5·d the padded rows kept 3252 of the 3744 packed samples. The
+    # capacity ceil(2√3/ds) + 1 bounds every chord's count, whatever |d| (diagonals included).
+    origins, directions = _all_rays(rng)
+    diagonal = torch.tensor([[-1.0, -1.0, -1.0]], dtype=F64), torch.tensor([[1.0, 1.0, 1.0]],
+                                                                           dtype=F64)
+    origins = torch.cat([origins, diagonal[0], diagonal[0] * 0.999]).to(device)
+    directions = (torch.cat([directions, diagonal[1], diagonal[1]]) * scale).to(device)
+    for ds in (0.1, 2 * math.sqrt(3) / 7, 0.37):
+        points, deltas, offsets = fieldfuse.ray_box_samples(origins, directions, ds)
+        padded_points, padded_deltas, valid = fieldfuse.ray_box_samples_padded(origins,
+                                                                               directions, ds)
+        assert torch.equal(valid.sum(1), torch.diff(offsets))
+        assert torch.equal(padded_points[valid], points)
+        assert torch.equal(padded_deltas[valid], deltas)
+        exact = ref.ray_box_samples(origins.cpu(), directions.cpu(), ds)
+        assert torch.equal(offsets.cpu(), exact[2])
 
 
 @pytest.mark.parametrize("ds", [0.1, 0.37])
@@ -1201,27 +1265,29 @@ def test_opcheck_volume_render(device, rng):
     x, offsets = _opcheck_render_inputs(rng, device)
     forward = torch.ops.fieldfuse.volume_render_forward
     backward = torch.ops.fieldfuse.volume_render_backward
-    all_wants = [True] * 6
+    alpha_forward = torch.ops.fieldfuse.volume_render_alpha_forward
+    alpha_backward = torch.ops.fieldfuse.volume_render_alpha_backward
+    # Forward flags: depth, weights, total_samples, transmittance, ray_state.
+    all_outputs = [True] * 5
     torch.library.opcheck(forward, (
         _leaf(x["sigmas"]), _leaf(x["rgbs"]), _leaf(x["delta_ts"]), _leaf(x["ts"]), offsets, 0.01,
-        _leaf(x["background"]), _leaf(x["prefix"]), False, all_wants))
-    torch.library.opcheck(forward, (
-        _leaf(x["alphas"]), x["rgbs"], None, None, offsets, 0.0, x["background"][0], None, True,
-        [True, False, False, True, False, False]))
+        _leaf(x["background"]), _leaf(x["prefix"]), *all_outputs))
+    torch.library.opcheck(alpha_forward, (
+        _leaf(x["alphas"]), x["rgbs"], None, offsets, 0.0, x["background"][0], None,
+        False, False, True, False, False))
     r, n = 3, 7
     grad_rgb = _uniform((r, 2), -1.0, 1.0, rng).to(device)
     grad_r = _uniform(r, -1.0, 1.0, rng).to(device)
     grad_n = _uniform(n, -1.0, 1.0, rng).to(device)
     state = forward(x["sigmas"], x["rgbs"], x["delta_ts"], x["ts"], offsets, 0.01,
-                    x["background"], x["prefix"], False, all_wants)[6]
+                    x["background"], x["prefix"], *all_outputs)[6]
     for ray_state in (None, state):
         torch.library.opcheck(backward, (
-            grad_rgb, grad_r, grad_r, grad_n, grad_r, ray_state, x["sigmas"], x["rgbs"],
-            x["delta_ts"], x["ts"], offsets, 0.01, x["background"], x["prefix"], False,
-            [True] * 6))
-    torch.library.opcheck(backward, (
-        grad_rgb, None, None, None, None, None, x["alphas"], x["rgbs"], None, None, offsets, 0.0,
-        None, None, True, [True, False, False, False, False, False]))
+            x["sigmas"], x["rgbs"], x["delta_ts"], x["ts"], offsets, 0.01, x["background"],
+            x["prefix"], grad_rgb, grad_r, grad_r, grad_n, grad_r, ray_state, *[True] * 6))
+    torch.library.opcheck(alpha_backward, (
+        x["alphas"], x["rgbs"], None, offsets, 0.0, None, None, grad_rgb, None, None, None, None,
+        None, True, False, False, False, False))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1234,22 +1300,22 @@ def test_ray_state_spares_the_backward_a_march_and_changes_nothing(device, alpha
     offsets = _offsets(lengths, device)
     first = (_uniform(sum(lengths), 0.0, 0.9, rng).to(device, F32) if alpha_input
              else x["sigmas"])
-    delta = None if alpha_input else x["delta_ts"]
-    forward = torch.ops.fieldfuse.volume_render_forward
-    backward = torch.ops.fieldfuse.volume_render_backward
-    wants = [True, True, True, True, True, True]
-    outs = forward(first, x["rgbs"], delta, x["ts"], offsets, 0.01, None, None, alpha_input,
-                   wants)
+    ops = torch.ops.fieldfuse
+    name = "volume_render_alpha" if alpha_input else "volume_render"
+    forward, backward = getattr(ops, f"{name}_forward"), getattr(ops, f"{name}_backward")
+    inputs = [first, x["rgbs"]] + ([] if alpha_input else [x["delta_ts"]])
+    inputs += [x["ts"], offsets, 0.01, None, None]
+    outs = forward(*inputs, True, True, True, True, True)
     state = outs[6]
     assert state.shape == (len(lengths), 4) and state.dtype == torch.float64
     assert_close(state[:, 0].long(), outs[4], rtol=0, atol=0)  # samples composited
     assert_close(state[:, 1].to(outs[5].dtype), outs[5], rtol=0, atol=0)  # final T
     g = [_uniform(shape, -1.0, 1.0, rng).to(device, F32) for shape in
          ((len(lengths), 3), len(lengths), len(lengths), sum(lengths))]
-    grad_wants = [True, True, not alpha_input, True, False, False]
+    # grad of the first input, rgbs, (delta_ts,) ts, background, prefix_transmittance
+    grad_wants = [True, True] + ([] if alpha_input else [True]) + [True, False, False]
     with_state, without = (
-        backward(g[0], g[1], g[2], g[3], None, ray_state, first, x["rgbs"], delta, x["ts"],
-                 offsets, 0.01, None, None, alpha_input, grad_wants)
+        backward(*inputs, g[0], g[1], g[2], g[3], None, ray_state, *grad_wants)
         for ray_state in (state, None))
     for a, b, want in zip(with_state, without, grad_wants, strict=True):
         if want:
@@ -1268,7 +1334,7 @@ def test_opcheck_line_integral(device, rng):
                           (values[:, 0].contiguous(), deltas, offsets))
     grad = _uniform((3, 2), -1.0, 1.0, rng).to(device)
     torch.library.opcheck(torch.ops.fieldfuse.line_integral_backward,
-                          (grad, values, deltas, offsets, [True, False]))
+                          (values, deltas, offsets, grad, True, False))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1276,23 +1342,22 @@ def test_opcheck_ray_box(device, rng):
     origins, directions = (t.to(device) for t in _gradcheck_box_rays(rng, 0.45, count=3))
     ds = 0.45
     ops = torch.ops.fieldfuse
-    torch.library.opcheck(ops.ray_box_counts, (origins, directions, ds))
-    counts = ops.ray_box_counts(origins, directions, ds)
+    torch.library.opcheck(ops.ray_box_samples_counts, (origins, directions, ds))
+    counts = ops.ray_box_samples_counts(origins, directions, ds)
     offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     n = int(offsets[-1])
     torch.library.opcheck(ops.ray_box_samples_forward,
                           (_leaf(origins), _leaf(directions), ds, offsets, n))
-    torch.library.opcheck(ops.ray_box_samples_padded, (_leaf(origins), _leaf(directions), ds))
+    torch.library.opcheck(ops.ray_box_samples_padded_forward,
+                          (_leaf(origins), _leaf(directions), ds))
     grad_points = _uniform((n, 3), -1.0, 1.0, rng).to(device)
     grad_deltas = _uniform(n, -1.0, 1.0, rng).to(device)
     torch.library.opcheck(ops.ray_box_samples_backward,
-                          (grad_points, grad_deltas, origins, directions, ds, offsets,
-                           [True, True]))
+                          (origins, directions, ds, offsets, grad_points, grad_deltas, True, True))
     s = ref.padded_capacity(ds)
-    torch.library.opcheck(ops.ray_box_samples_backward,
-                          (_uniform((4, s, 3), -1.0, 1.0, rng).to(device),
-                           _uniform((4, s), -1.0, 1.0, rng).to(device), origins, directions, ds,
-                           None, [False, True]))
+    torch.library.opcheck(ops.ray_box_samples_padded_backward,
+                          (origins, directions, ds, _uniform((4, s, 3), -1.0, 1.0, rng).to(device),
+                           _uniform((4, s), -1.0, 1.0, rng).to(device), False, True))
 
 
 # --- determinism and CPU/CUDA parity --------------------------------------------------------------
@@ -1381,7 +1446,7 @@ def test_eager_calls_equal_the_registered_ops(device, rng):
     eager_grads = torch.autograd.grad(out.rgb.sum() + 2 * out.weights.sum(), eager)
     library = [_leaf(x[k]) for k in names]
     outs = torch.ops.fieldfuse.volume_render_forward(*library, x["ts"], offsets, 0.01, None, None,
-                                                     False, [True, True, True, False, False, True])
+                                                     True, True, False, False, True)
     library_grads = torch.autograd.grad(outs[0].sum() + 2 * outs[3].sum(), library)
     assert torch.equal(out.rgb, outs[0]) and torch.equal(out.weights, outs[3])
     for a, b in zip(eager_grads, library_grads, strict=True):

@@ -436,6 +436,24 @@ def _slab_interval(origin: torch.Tensor, direction: torch.Tensor):
     return t_enter, t_exit
 
 
+def _norm(direction: torch.Tensor) -> float:
+    """|d| in float64, scaled by the largest component (no overflow of the squares), summed in the
+    kernels' order so that the sample counts agree to the bit."""
+    d = [abs(x) for x in direction.tolist()]
+    m = max(d)
+    if m == 0.0 or not math.isfinite(m):
+        return m
+    total = 0.0
+    for x in d:
+        total += (x / m) * (x / m)
+    return m * math.sqrt(total)
+
+
+def _max_steps(ds: float) -> int:
+    """ceil(2√3/ds): the steps of the longest chord, the box's diagonal."""
+    return math.ceil(2.0 * 1.7320508075688772 / ds)
+
+
 def _ray_samples(origin, direction, ds):
     """Points `[n, 3]` and steps `[n]` of one ray (n = 0 on a miss)."""
     interval = _slab_interval(origin, direction)
@@ -443,7 +461,7 @@ def _ray_samples(origin, direction, ds):
         return origin.new_zeros(0, 3), origin.new_zeros(0)
     t_enter, t_exit = interval
     length = t_exit - t_enter
-    count = int(torch.ceil(length.detach() / ds).item()) + 1
+    count = min(math.ceil(length.item() * _norm(direction) / ds), _max_steps(ds)) + 1
     step = length / (count - 1)
     t = t_enter + torch.arange(count, dtype=origin.dtype, device=origin.device) * step
     return origin + t[:, None] * direction, step.expand(count)
@@ -467,11 +485,12 @@ def ray_box_samples(
 
     The ray hits iff `t_exit > t_enter` strictly: a line that only touches an edge or a corner
     (length 0) misses, and so does a zero direction (all |d_k| <= eps). A hit gets
-    `n = ceil(len/ds) + 1` samples (≥ 2), `len = t_exit − t_enter` (the ceil evaluated on the
-    detached length in the inputs' dtype), at `t_k = t_enter + k·δ`, k = 0..n−1, with
-    `δ = len/(n−1)` for every sample (so Σδ = n·len/(n−1)): the first and last samples lie on the
-    box surface. Lengths and δ are in units of t: geometric only for unit directions (which
-    `parallel_beam_rays` gives; directions are not normalised here).
+    `n = min(ceil(ℓ/ds), ceil(2√3/ds)) + 1` samples (≥ 2) for the chord length
+    `ℓ = |d|·(t_exit − t_enter)` (ds is a distance; the min only absorbs rounding, since no chord
+    of the box is longer than its diagonal 2√3; evaluated in float64), at `t_k = t_enter + k·δ`,
+    k = 0..n−1, with `δ = (t_exit − t_enter)/(n−1)` for every sample (so Σδ = n·len/(n−1)): the
+    first and last samples lie on the box surface. δ is a step of t: the distance between samples
+    only for unit directions (which `parallel_beam_rays` gives; directions are not normalised).
 
     Points and δ are differentiable with respect to origins and directions through t_enter and
     t_exit (the gradient goes to the axes that attain the max/min); the hit decision and the
@@ -501,11 +520,11 @@ def ray_box_samples(
 
 
 def padded_capacity(ds: float) -> int:
-    """`S = ceil(2√3/ds) + 1`: the most samples a unit-direction ray can get (the box diagonal)."""
+    """`S = ceil(2√3/ds) + 1`: the most samples any ray can get (the box diagonal)."""
     ds = float(ds)
     if not (math.isfinite(ds) and ds > 0.0):
         raise ValueError(f"padded_capacity(): expected ds to be finite and > 0, but got {ds}")
-    return math.ceil(2.0 * math.sqrt(3.0) / ds) + 1
+    return _max_steps(ds) + 1
 
 
 def ray_box_samples_padded(
@@ -524,9 +543,7 @@ def ray_box_samples_padded(
     Returns:
         `(points [R, S, 3], delta_ts [R, S], valid [R, S] bool)`.
 
-    Raises:
-        ValueError: also when a ray needs more than S samples, which only a direction shorter
-            than unit can cause (lengths are in units of t = geometric length / |d|).
+    Every ray fits: counts are chord lengths over ds, and no chord is longer than 2√3.
     """
     op = "ray_box_samples_padded"
     ds = _check_rays(op, origins, directions, ds)
@@ -535,12 +552,6 @@ def ray_box_samples_padded(
     for r in range(origins.shape[0]):
         ray_points, ray_steps = _ray_samples(origins[r], directions[r], ds)
         count = ray_points.shape[0]
-        if count > capacity:
-            raise ValueError(
-                f"{op}(): ray {r} needs {count} samples, more than the capacity "
-                f"ceil(2*sqrt(3)/ds) + 1 = {capacity}; expected directions to have norm >= 1, "
-                f"but directions[{r}] has norm {directions[r].norm().item()}"
-            )
         pad = capacity - count
         points.append(torch.cat([ray_points, origins.new_zeros(pad, 3)]))
         steps.append(torch.cat([ray_steps, origins.new_zeros(pad)]))
