@@ -1215,6 +1215,31 @@ TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
                 "kplanes_num_features(): expected at least one level");
 }
 
+TEST(KPlanesValidation, ForwardsNeedTheirWorkspace) {
+  ValidArgs a;
+  const TensorRef* planes = a.plane_refs.data();
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, nullptr,
+                                          a.features.ref, nullptr, 0);
+      },
+      "kplanes_tilted(): expected a workspace of at least 1 bytes, but got a null pointer");
+  char w[8];
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_forward(a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1,
+                                               nullptr, a.tap_features.ref, w, 0);
+      },
+      "kplanes_tilted_taps(): expected a workspace of at least 1 bytes");
+  // The query reads metadata only, like the backward's.
+  std::vector<TensorRef> meta_planes = a.plane_refs;
+  for (TensorRef& r : meta_planes) r.data = nullptr;
+  TensorRef pts = a.pts.ref, rotations = a.rotations.ref;
+  pts.data = rotations.data = nullptr;
+  EXPECT_EQ(fieldfuse::kplanes_tilted_forward_workspace_size(pts, rotations, meta_planes.data(), 2),
+            1u);
+}
+
 TEST(KPlanesValidation, ValidArgumentsAreAccepted) {
   for (bool tilted : {true, false}) {
     ValidArgs a(tilted);
