@@ -66,12 +66,13 @@ def _geometry(rng, n, dtype, device):
 
 
 def _cases(rng, dtype, device, batch=300, taps=40):
-    """(name, fn(geometry..., planes) -> tuple of outputs, geometry tensors, levels) per function."""
+    """(name, fn(*geometry, planes, **options) -> tuple of outputs, geometry, tilts) per function
+    (tilts = 1: the axis-aligned kplanes takes 3 planes per level)."""
     pts, rot = _geometry(rng, batch, dtype, device)
     tap_pts, _ = _geometry(rng, taps, dtype, device)
-    axis_levels = tuple((c, h, w) for c, h, w in LEVELS)
     return [
-        ("kplanes_tilted", lambda p, r, planes, **kw: (fieldfuse.kplanes_tilted(p, r, planes, GATES, **kw),),
+        ("kplanes_tilted",
+         lambda p, r, planes, **kw: (fieldfuse.kplanes_tilted(p, r, planes, GATES, **kw),),
          [pts, rot], TILTS),
         ("kplanes", lambda p, planes, **kw: (fieldfuse.kplanes(p, planes, GATES, **kw),), [pts], 1),
         ("kplanes_tilted_taps",
@@ -81,7 +82,7 @@ def _cases(rng, dtype, device, batch=300, taps=40):
          lambda p, t, r, planes, **kw: fieldfuse.kplanes_tilted_with_taps(p, t, r, planes, H, GATES,
                                                                           **kw),
          [pts, tap_pts, rot], TILTS),
-    ], axis_levels
+    ]
 
 
 def _run(fn, geometry, planes, upstream_rng, **kwargs):
@@ -118,7 +119,7 @@ def _compare(device, deterministic, expected, result, name, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_layout_matches_channels_last(device, dtype, deterministic, rng):
-    cases, _ = _cases(rng, dtype, device)
+    cases = _cases(rng, dtype, device)
     for name, fn, geometry, tilts in cases:
         base = _nchw(rng, tilts=tilts, dtype=dtype, device=device)
         seed = int(torch.randint(0, 2**31, (1,), generator=rng))
@@ -142,7 +143,7 @@ def test_every_layout_matches_channels_last(device, dtype, deterministic, rng):
 def test_cuda_16bit_layouts_match_channels_last(half, rng):
     # 16-bit default backward: float32 channels-last accumulators, rounded once while copied into
     # the caller's layout; the deterministic one stages like any dtype.
-    cases, _ = _cases(rng, F32, "cuda")
+    cases = _cases(rng, F32, "cuda")
     name, fn, geometry, tilts = cases[0]
     base = [p.to(half) for p in _nchw(rng, tilts=tilts, dtype=F32, device="cuda")]
     for deterministic in (False, True):
@@ -160,7 +161,8 @@ def test_cuda_16bit_layouts_match_channels_last(half, rng):
                 else:
                     # Rounded once from float32 sums whose order varies: one ulp of the 16-bit value.
                     ulp = 2 * torch.finfo(a.dtype).eps
-                    assert_close(a.float(), b.float(), rtol=ulp, atol=ulp * b.float().abs().max().item())
+                    scale = b.float().abs().max().item()
+                    assert_close(a.float(), b.float(), rtol=ulp, atol=ulp * scale)
             for grad, plane in zip(result[1][2:], planes, strict=True):
                 _expect_layout(grad, plane, f"16-bit {layout}")
 
@@ -232,7 +234,8 @@ def test_cuda_workspace_reports_the_staging_bytes(dtype, rng):
     sliced = [LAYOUTS["sliced_channels_last"](p) for p in base]
     assert _queries(pts, rot, sliced, True, False)[0] == 1
     odd = [LAYOUTS["odd_channels_last"](p) for p in base]
-    assert _queries(pts, rot, odd, True, False)[0] == _aligned(base[0].numel() * base[0].element_size()) + 256
+    level0 = _aligned(base[0].numel() * base[0].element_size())
+    assert _queries(pts, rot, odd, True, False)[0] == level0 + 256
 
 
 @cuda_only
