@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Times fieldfuse's tilted K-Planes interpolation against PyTorch eager and torch.compile.
 
-Four tables: the kernel (fwd and fwd+bwd of sum(features), fp32 and bf16, default and
-deterministic backward), its peak memory, what a dense zero-fill of the plane gradient costs, and
-one full Adam training step of a K-Planes field (main batch + volume-TV taps + plane TV).
+Five tables: the kernel (fwd and fwd+bwd of sum(features), fp32 and bf16, default and
+deterministic backward), its peak memory, what a dense zero-fill of the plane gradient costs, one
+full Adam training step of a K-Planes field (main batch + volume-TV taps + plane TV), and every
+K-Planes function with NCHW against channels-last planes (`--layout-only` runs just that one).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+import _kplanes_layouts as layouts
 import _timing as tm
 from _timing import failure, measure, median, ms_cell, release
 import fieldfuse
@@ -277,20 +279,25 @@ def checked_relative_error(step: Callable, s: InputSet, expected) -> float | Non
     return None
 
 
+def input_sets(cfg: Config, dtype: torch.dtype,
+               args: argparse.Namespace) -> tuple[InputSets | None, dict[str, Any] | None]:
+    """The config's input sets, or the failure (reported on stderr) that stopped them."""
+    try:
+        return make_input_sets(cfg, dtype, args.device), None
+    except Exception as err:  # noqa: BLE001 -- e.g. OOM while allocating the inputs
+        fail = failure(err)
+    release(args.device)  # after the except block, once the traceback has let go
+    print(f"  {cfg.name} {DTYPE_LABELS[dtype]}: inputs failed: {fail['error']}",
+          file=sys.stderr, flush=True)
+    return None, fail
+
+
 def run_dtype(cfg: Config, dtype: torch.dtype, compiled: dict[str, Callable] | None,
               args: argparse.Namespace) -> tuple[list[dict], dict[str, Any]]:
     """Every fieldfuse case at one config and dtype, the baselines once per pass, and the
     zero-fill of the plane gradient the default backward writes."""
-    try:
-        sets = make_input_sets(cfg, dtype, args.device)
-    except Exception as err:  # noqa: BLE001 -- e.g. OOM while allocating the inputs
-        fail = failure(err)
-    else:
-        fail = None
+    sets, fail = input_sets(cfg, dtype, args)
     if fail:
-        release(args.device)
-        print(f"  {cfg.name} {DTYPE_LABELS[dtype]}: inputs failed: {fail['error']}",
-              file=sys.stderr, flush=True)
         return [], {"config": cfg.name, "dtype": DTYPE_LABELS[dtype], "error": fail["error"]}
     expected = None
     try:
@@ -330,6 +337,17 @@ def run_dtype(cfg: Config, dtype: torch.dtype, compiled: dict[str, Callable] | N
     del sets, expected
     release(args.device)
     return rows, zero_fill
+
+
+def run_layouts(cfg: Config, dtype: torch.dtype, args: argparse.Namespace) -> list[dict]:
+    """The layout table's rows at one config and dtype, on fresh NCHW and channels-last sets."""
+    sets, fail = input_sets(cfg, dtype, args)
+    if fail:
+        return []
+    rows = layouts.layout_rows(cfg, dtype, sets, args, DTYPE_LABELS[dtype])
+    del sets
+    release(args.device)
+    return rows
 
 
 def progress(row: dict[str, Any]) -> None:
@@ -736,6 +754,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = tm.bench_parser(__doc__)
     parser.add_argument("--compile-production", action="store_true",
                         help="also compile the baseline at the production config (slow)")
+    parser.add_argument("--layout-only", action="store_true",
+                        help="only the NCHW vs channels-last table (no baselines, no step)")
     parser.add_argument("--no-step", dest="step", action="store_false",
                         help="skip the full training-step table")
     args = tm.parse_bench_args(parser, argv)
@@ -752,31 +772,38 @@ def main(argv: list[str] | None = None) -> None:
     began = time.perf_counter()
     torch.manual_seed(SEED)
     env = tm.fieldfuse_environment(args.device)
-    rows, zero_fills = [], []
+    rows, zero_fills, layout_rows = [], [], []
     for cfg in args.configs:
-        compiled = compiled_baselines(cfg, args)
+        compiled = None if args.layout_only else compiled_baselines(cfg, args)
         for dtype in args.dtypes:
-            cfg_rows, zero_fill = run_dtype(cfg, dtype, compiled, args)
-            rows += cfg_rows
-            zero_fills.append(zero_fill)
+            if not args.layout_only:
+                cfg_rows, zero_fill = run_dtype(cfg, dtype, compiled, args)
+                rows += cfg_rows
+                zero_fills.append(zero_fill)
+            layout_rows += run_layouts(cfg, dtype, args)
     torch._dynamo.reset()
-    step = run_full_step(args) if args.step else None
+    step = run_full_step(args) if args.step and not args.layout_only else None
     elapsed_s = time.perf_counter() - began
-    tables = [kernel_table(rows, args.configs)]
-    if args.device.type == "cuda" and not args.quick:
-        tables.append(target_table(rows, args.configs))
-    if args.device.type == "cuda":
-        tables.append(memory_table(rows))
-    tables.append(zero_fill_table(zero_fills))
+    tables = []
+    if not args.layout_only:
+        tables.append(kernel_table(rows, args.configs))
+        if args.device.type == "cuda" and not args.quick:
+            tables.append(target_table(rows, args.configs))
+        if args.device.type == "cuda":
+            tables.append(memory_table(rows))
+        tables.append(zero_fill_table(zero_fills))
     if step:
         tables.append(step_table(step))
-    notes = error_notes(rows, zero_fills, step)
+    tables.append(layouts.layout_table(layout_rows))
+    notes = error_notes(rows, zero_fills, step) + layouts.layout_errors(layout_rows)
     markdown = "\n\n".join([summary(env, elapsed_s), *tables])
     options = {"compile": args.compile, "compile_configs": list(args.compile_configs),
-               "dtypes": [DTYPE_LABELS[d] for d in args.dtypes], "quick": args.quick}
+               "dtypes": [DTYPE_LABELS[d] for d in args.dtypes], "quick": args.quick,
+               "layout_only": args.layout_only}
     payload = {"env": env, "options": options, "elapsed_s": elapsed_s,
                "configs": [vars(cfg) | {"label": cfg.label} for cfg in args.configs],
-               "rows": rows, "zero_fill": zero_fills, "full_step": step}
+               "rows": rows, "zero_fill": zero_fills, "full_step": step,
+               "layouts": layout_rows}
     tm.publish(args.out, "kplanes", payload, markdown, notes)
 
 

@@ -21,12 +21,16 @@
 //   type). Planes have that dtype too, or, on CUDA with float32 points, float16 or bfloat16
 //   (computed in float32; plane gradients are accumulated in float32 and rounded once). Features
 //   are the compute type or the plane dtype (`features.dtype` chooses).
-// - layout: points, rotations and planes are read through their strides, in place: NCHW planes,
-//   channels-last planes (`[P, C, H, W]` with strides (H·W·C, 1, W·C, C)) and other views work
-//   without copies; dense channels-last planes with C % 4 == 0 and 16-byte-aligned data take the
-//   vectorised CUDA path (the CUDA kernels need sm_80 or newer). Feature outputs must
-//   be contiguous. Plane gradients must be dense (a permutation of a contiguous layout, as
-//   `torch.empty_like` gives for NCHW and channels-last planes); they are fully written.
+// - layout: points and rotations are read through their strides. Planes may have any strides
+//   (NCHW, channels-last `[P, C, H, W]` with strides (H·W·C, 1, W·C, C), sliced views): on CUDA a
+//   level whose channels are not adjacent (or, with C % 4 == 0, whose strides are not multiples
+//   of 4) is first copied channels-last into the workspace and its gradient accumulated there and
+//   copied back, so every layout runs at the channels-last speed (Note [plane staging] in
+//   src/kplanes/kplanes_staging.cpp); channels-last levels with C % 4 == 0 and 16-byte-aligned
+//   data take the vectorised loads in place. The CPU reads every layout in place. The CUDA
+//   kernels need sm_80 or newer. Feature outputs must be contiguous. Plane gradients must be dense
+//   (a permutation of a contiguous layout, as `torch.empty_like` gives for NCHW and channels-last
+//   planes); they are fully written, in their own layout.
 // - determinism: point and rotation gradients are always reduced in a fixed order. On CUDA the
 //   default plane-gradient scatter uses float atomics (exact sums, order-dependent rounding);
 //   `deterministic = true` gathers each cell's contributions in a fixed order instead, so the
@@ -42,8 +46,8 @@
 namespace fieldfuse {
 
 // ---------------------------------------------------------------------------------------------
-// Feature interpolation: four public functions, each with a forward, a backward and the backward's
-// workspace query. Arguments are named as in the Python functions of the same name
+// Feature interpolation: four public functions, each with a forward, a backward and a workspace
+// query for each. Arguments are named as in the Python functions of the same name
 // (`fieldfuse.kplanes_tilted(pts, rotations, planes, gates)`, ...), and every error starts with
 // the function's name: `kplanes_tilted(): ...` from a forward, `kplanes_tilted_backward(): ...`
 // from a backward or its workspace query.
@@ -59,12 +63,17 @@ namespace fieldfuse {
 // - backward: upstream `grad_features` / `grad_tap_features` (any strides, the features' dtype);
 //   gradient outputs `grad_<input>` shaped and typed like their inputs. A null gradient pointer
 //   skips that gradient and the work only it needs; `grad_planes` points to `num_levels` tensors.
-// - workspace: the backward takes `<name>_workspace_size(...)` bytes of scratch (>= 1), device
-//   memory for CUDA inputs and host memory for CPU inputs, aligned to 8 bytes (any allocator's
-//   memory is). The query reads only metadata; `wants_grad_planes` says whether `grad_planes`
-//   will be passed. The size grows with `deterministic` (the sort buffers, and 4 partial sums per
-//   plane cell of the largest level in the compute type) and with 16-bit planes (float32
-//   accumulators). The forwards need no workspace.
+// - workspace: the forward takes `<name>_forward_workspace_size(...)` bytes of scratch and the
+//   backward `<name>_backward_workspace_size(...)` (each >= 1), device memory for CUDA inputs and
+//   host memory for CPU inputs, aligned to 8 bytes (any allocator's memory is). The queries read
+//   only metadata (shapes, strides, dtypes, device, flags), never data, so sizes are fixed for a
+//   CUDA graph; `wants_grad_planes` says whether `grad_planes` will be passed. Both hold the
+//   channels-last copies of the staged levels (on CUDA, levels not channels-last: each level's
+//   plane bytes, and in the backward as much again for its gradient unless the planes are 16-bit
+//   and the path is the default one). The backward's also grows with `deterministic` (the sort
+//   buffers, and 4 partial sums per plane cell of the largest level in the compute type) and with
+//   16-bit planes (float32 accumulators). Errors of a query start with the name of the call it
+//   sizes (`<name>(): ` or `<name>_backward(): `).
 // ---------------------------------------------------------------------------------------------
 
 /// Total feature columns F = T·Σ_l C_l from the planes' metadata (T = 1 for axis-aligned planes).
@@ -72,12 +81,15 @@ int64_t kplanes_num_features(const TensorRef* planes, int num_levels, int num_ti
 
 /// Tilted features: `features[b, offset_l + t·C_l + c] = gate_l · Π_p sample(3t + p, c, ...)` at
 /// `r = R_t·pts[b]`.
+std::size_t kplanes_tilted_forward_workspace_size(const TensorRef& pts, const TensorRef& rotations,
+                                                  const TensorRef* planes, int num_levels);
 void kplanes_tilted_forward(const TensorRef& pts, const TensorRef& rotations,
                             const TensorRef* planes, int num_levels, const double* gates,
-                            const TensorRef& features, Stream stream = {});
-std::size_t kplanes_tilted_workspace_size(const TensorRef& pts, const TensorRef& rotations,
-                                          const TensorRef* planes, int num_levels,
-                                          bool wants_grad_planes, bool deterministic);
+                            const TensorRef& features, void* workspace, std::size_t workspace_bytes,
+                            Stream stream = {});
+std::size_t kplanes_tilted_backward_workspace_size(const TensorRef& pts, const TensorRef& rotations,
+                                                   const TensorRef* planes, int num_levels,
+                                                   bool wants_grad_planes, bool deterministic);
 void kplanes_tilted_backward(const TensorRef& pts, const TensorRef& rotations,
                              const TensorRef* planes, int num_levels, const double* gates,
                              const TensorRef& grad_features, const TensorRef* grad_pts,
@@ -86,10 +98,14 @@ void kplanes_tilted_backward(const TensorRef& pts, const TensorRef& rotations,
                              Stream stream = {});
 
 /// Axis-aligned features (planes (x, y), (x, z), (y, z); `[3, C_l, H_l, W_l]` levels).
+std::size_t kplanes_forward_workspace_size(const TensorRef& pts, const TensorRef* planes,
+                                           int num_levels);
 void kplanes_forward(const TensorRef& pts, const TensorRef* planes, int num_levels,
-                     const double* gates, const TensorRef& features, Stream stream = {});
-std::size_t kplanes_workspace_size(const TensorRef& pts, const TensorRef* planes, int num_levels,
-                                   bool wants_grad_planes, bool deterministic);
+                     const double* gates, const TensorRef& features, void* workspace,
+                     std::size_t workspace_bytes, Stream stream = {});
+std::size_t kplanes_backward_workspace_size(const TensorRef& pts, const TensorRef* planes,
+                                            int num_levels, bool wants_grad_planes,
+                                            bool deterministic);
 void kplanes_backward(const TensorRef& pts, const TensorRef* planes, int num_levels,
                       const double* gates, const TensorRef& grad_features,
                       const TensorRef* grad_pts, const TensorRef* grad_planes, bool deterministic,
@@ -97,13 +113,17 @@ void kplanes_backward(const TensorRef& pts, const TensorRef* planes, int num_lev
 
 /// The four volume-TV taps of every point: `tap_features [4, B, F]`; tap 0 is bit-identical to
 /// `kplanes_tilted_forward` of the same points.
+std::size_t kplanes_tilted_taps_forward_workspace_size(const TensorRef& pts,
+                                                       const TensorRef& rotations,
+                                                       const TensorRef* planes, int num_levels);
 void kplanes_tilted_taps_forward(const TensorRef& pts, const TensorRef& rotations,
                                  const TensorRef* planes, int num_levels, double h,
                                  const double* gates, const TensorRef& tap_features,
-                                 Stream stream = {});
-std::size_t kplanes_tilted_taps_workspace_size(const TensorRef& pts, const TensorRef& rotations,
-                                               const TensorRef* planes, int num_levels,
-                                               bool wants_grad_planes, bool deterministic);
+                                 void* workspace, std::size_t workspace_bytes, Stream stream = {});
+std::size_t kplanes_tilted_taps_backward_workspace_size(const TensorRef& pts,
+                                                        const TensorRef& rotations,
+                                                        const TensorRef* planes, int num_levels,
+                                                        bool wants_grad_planes, bool deterministic);
 void kplanes_tilted_taps_backward(const TensorRef& pts, const TensorRef& rotations,
                                   const TensorRef* planes, int num_levels, double h,
                                   const double* gates, const TensorRef& grad_tap_features,
@@ -114,15 +134,20 @@ void kplanes_tilted_taps_backward(const TensorRef& pts, const TensorRef& rotatio
 /// A batch and its volume-TV taps in one launch and one backward (which accumulates into the
 /// planes once): `features [B, F]` of `pts` and `tap_features [4, N, F]` of `tap_pts`, each
 /// bit-identical to the separate calls.
+std::size_t kplanes_tilted_with_taps_forward_workspace_size(const TensorRef& pts,
+                                                            const TensorRef& tap_pts,
+                                                            const TensorRef& rotations,
+                                                            const TensorRef* planes,
+                                                            int num_levels);
 void kplanes_tilted_with_taps_forward(const TensorRef& pts, const TensorRef& tap_pts,
                                       const TensorRef& rotations, const TensorRef* planes,
                                       int num_levels, double h, const double* gates,
                                       const TensorRef& features, const TensorRef& tap_features,
+                                      void* workspace, std::size_t workspace_bytes,
                                       Stream stream = {});
-std::size_t kplanes_tilted_with_taps_workspace_size(const TensorRef& pts, const TensorRef& tap_pts,
-                                                    const TensorRef& rotations,
-                                                    const TensorRef* planes, int num_levels,
-                                                    bool wants_grad_planes, bool deterministic);
+std::size_t kplanes_tilted_with_taps_backward_workspace_size(
+    const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
+    const TensorRef* planes, int num_levels, bool wants_grad_planes, bool deterministic);
 void kplanes_tilted_with_taps_backward(
     const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
     const TensorRef* planes, int num_levels, double h, const double* gates,

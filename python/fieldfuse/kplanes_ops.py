@@ -3,7 +3,9 @@
 
 A field has L levels; level l is a tensor of logical shape ``[3T, C_l, H_l, W_l]`` (plane
 ``k = 3t + p``; T = 1 for the axis-aligned variant) stored NCHW or channels-last
-(``planes.to(memory_format=torch.channels_last)``, read in place and faster on CUDA). A point's
+(``planes.to(memory_format=torch.channels_last)``) or any other strides, all at the same speed:
+on CUDA a level not stored channels-last is copied channels-last into the op's workspace first,
+and its gradient accumulated there and copied back into the planes' layout. A point's
 features are, per level and tilt, the channel-wise product of its bilinear samples on the tilt's
 three planes (``F.grid_sample(align_corners=True, padding_mode="border")``), laid out level-major,
 then tilt-major, channel fastest: column ``offset_l + t·C_l + c``.
@@ -130,7 +132,8 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
     has_h = fn.tap_arg is not None
     c_forward = getattr(_C, f"{fn.name}_forward")
     c_backward = getattr(_C, f"{fn.name}_backward")
-    c_workspace_size = getattr(_C, f"{fn.name}_workspace_size")
+    c_forward_workspace_size = getattr(_C, f"{fn.name}_forward_workspace_size")
+    c_backward_workspace_size = getattr(_C, f"{fn.name}_backward_workspace_size")
 
     def split(args):
         """(geometry, planes, h option list, rest) of an op's arguments after the grad outputs."""
@@ -141,8 +144,12 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
     def forward(*args):
         geometry, planes, h, (gates, features_dtype, _deterministic) = split(args)
         outputs = _feature_outputs(fn, geometry, planes, features_dtype)
+        # The staging copies of planes not in the fast layout (Note [plane staging]); a DLPack
+        # capsule is consumed by the call it is passed to: one set per call.
+        size = c_forward_workspace_size(*[dl(t) for t in geometry], [dl(p) for p in planes])
+        scratch = workspace(size, geometry[0].device)
         c_forward(*[dl(t) for t in geometry], [dl(p) for p in planes], *h, gates,
-                  *[dl(o) for o in outputs], stream_of(geometry[0]))
+                  *[dl(o) for o in outputs], dl(scratch), stream_of(geometry[0]))
         return outputs[0] if n_out == 1 else tuple(outputs)
 
     def forward_fake(*args):
@@ -155,8 +162,8 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
         geometry, planes, h, (gates, wants, deterministic) = split(args[n_out:])
         grads, grad_planes = _gradient_outputs(geometry, planes, wants)
         # A DLPack capsule is consumed by the call it is passed to: one set per call.
-        size = c_workspace_size(*[dl(t) for t in geometry], [dl(p) for p in planes], wants[-1],
-                                deterministic)
+        size = c_backward_workspace_size(*[dl(t) for t in geometry], [dl(p) for p in planes],
+                                         wants[-1], deterministic)
         scratch = workspace(size, geometry[0].device)
         c_backward(*[dl(t) for t in geometry], [dl(p) for p in planes], *h, gates, *[dl(g) for g in grad_outputs],
                    *[dl(g) if w else None for g, w in zip(grads, wants)],

@@ -110,12 +110,12 @@ PlaneTVNorm norm_of(const std::string& norm, const char* op) {
 }  // namespace
 
 void bind_kplanes(nb::module_& m) {
-  // One forward, workspace query and backward per public function; each passes its own name to
-  // the messages of the conversions here, as the C++ entry it calls does.
+  // One forward and backward, each with its workspace query, per public function; each passes its
+  // own name to the messages of the conversions here, as the C++ entry it calls does.
   m.def(
       "kplanes_tilted_forward",
       [](const Array& pts, const Array& rotations, const std::vector<Array>& planes,
-         const Gates& gates, const Array& features, std::uintptr_t stream) {
+         const Gates& gates, const Array& features, const Array& workspace, std::uintptr_t stream) {
         constexpr const char* op = "kplanes_tilted";
         const Levels levels(planes, gates, op);
         const TensorRef p = to_tensor_ref(pts, op, "pts");
@@ -123,17 +123,27 @@ void bind_kplanes(nb::module_& m) {
         const TensorRef out = to_tensor_ref(features, op, "features");
         nb::gil_scoped_release release;
         kplanes_tilted_forward(p, r, levels.planes.data(), levels.count(), levels.gates_data, out,
-                               to_stream(stream));
+                               workspace.data(), workspace.nbytes(), to_stream(stream));
       },
       "pts"_a.noconvert(), "rotations"_a.noconvert(), "planes"_a, "gates"_a.none(),
-      "features"_a.noconvert(), "stream"_a);
+      "features"_a.noconvert(), "workspace"_a.noconvert(), "stream"_a);
   m.def(
-      "kplanes_tilted_workspace_size",
+      "kplanes_tilted_forward_workspace_size",
+      [](const Array& pts, const Array& rotations, const std::vector<Array>& planes) {
+        constexpr const char* op = "kplanes_tilted";
+        const Levels levels(planes, std::nullopt, op);
+        return kplanes_tilted_forward_workspace_size(to_tensor_ref(pts, op, "pts"),
+                                                     to_tensor_ref(rotations, op, "rotations"),
+                                                     levels.planes.data(), levels.count());
+      },
+      "pts"_a.noconvert(), "rotations"_a.noconvert(), "planes"_a);
+  m.def(
+      "kplanes_tilted_backward_workspace_size",
       [](const Array& pts, const Array& rotations, const std::vector<Array>& planes,
          bool wants_grad_planes, bool deterministic) {
         constexpr const char* op = "kplanes_tilted_backward";
         const Levels levels(planes, std::nullopt, op);
-        return kplanes_tilted_workspace_size(
+        return kplanes_tilted_backward_workspace_size(
             to_tensor_ref(pts, op, "pts"), to_tensor_ref(rotations, op, "rotations"),
             levels.planes.data(), levels.count(), wants_grad_planes, deterministic);
       },
@@ -166,24 +176,34 @@ void bind_kplanes(nb::module_& m) {
   m.def(
       "kplanes_forward",
       [](const Array& pts, const std::vector<Array>& planes, const Gates& gates,
-         const Array& features, std::uintptr_t stream) {
+         const Array& features, const Array& workspace, std::uintptr_t stream) {
         constexpr const char* op = "kplanes";
         const Levels levels(planes, gates, op);
         const TensorRef p = to_tensor_ref(pts, op, "pts");
         const TensorRef out = to_tensor_ref(features, op, "features");
         nb::gil_scoped_release release;
         kplanes_forward(p, levels.planes.data(), levels.count(), levels.gates_data, out,
-                        to_stream(stream));
+                        workspace.data(), workspace.nbytes(), to_stream(stream));
       },
-      "pts"_a.noconvert(), "planes"_a, "gates"_a.none(), "features"_a.noconvert(), "stream"_a);
+      "pts"_a.noconvert(), "planes"_a, "gates"_a.none(), "features"_a.noconvert(),
+      "workspace"_a.noconvert(), "stream"_a);
   m.def(
-      "kplanes_workspace_size",
+      "kplanes_forward_workspace_size",
+      [](const Array& pts, const std::vector<Array>& planes) {
+        constexpr const char* op = "kplanes";
+        const Levels levels(planes, std::nullopt, op);
+        return kplanes_forward_workspace_size(to_tensor_ref(pts, op, "pts"), levels.planes.data(),
+                                              levels.count());
+      },
+      "pts"_a.noconvert(), "planes"_a);
+  m.def(
+      "kplanes_backward_workspace_size",
       [](const Array& pts, const std::vector<Array>& planes, bool wants_grad_planes,
          bool deterministic) {
         constexpr const char* op = "kplanes_backward";
         const Levels levels(planes, std::nullopt, op);
-        return kplanes_workspace_size(to_tensor_ref(pts, op, "pts"), levels.planes.data(),
-                                      levels.count(), wants_grad_planes, deterministic);
+        return kplanes_backward_workspace_size(to_tensor_ref(pts, op, "pts"), levels.planes.data(),
+                                               levels.count(), wants_grad_planes, deterministic);
       },
       "pts"_a.noconvert(), "planes"_a, "wants_grad_planes"_a, "deterministic"_a);
   m.def(
@@ -210,7 +230,8 @@ void bind_kplanes(nb::module_& m) {
   m.def(
       "kplanes_tilted_taps_forward",
       [](const Array& pts, const Array& rotations, const std::vector<Array>& planes, double h,
-         const Gates& gates, const Array& tap_features, std::uintptr_t stream) {
+         const Gates& gates, const Array& tap_features, const Array& workspace,
+         std::uintptr_t stream) {
         constexpr const char* op = "kplanes_tilted_taps";
         const Levels levels(planes, gates, op);
         const TensorRef p = to_tensor_ref(pts, op, "pts");
@@ -218,17 +239,28 @@ void bind_kplanes(nb::module_& m) {
         const TensorRef out = to_tensor_ref(tap_features, op, "tap_features");
         nb::gil_scoped_release release;
         kplanes_tilted_taps_forward(p, r, levels.planes.data(), levels.count(), h,
-                                    levels.gates_data, out, to_stream(stream));
+                                    levels.gates_data, out, workspace.data(), workspace.nbytes(),
+                                    to_stream(stream));
       },
       "pts"_a.noconvert(), "rotations"_a.noconvert(), "planes"_a, "h"_a, "gates"_a.none(),
-      "tap_features"_a.noconvert(), "stream"_a);
+      "tap_features"_a.noconvert(), "workspace"_a.noconvert(), "stream"_a);
   m.def(
-      "kplanes_tilted_taps_workspace_size",
+      "kplanes_tilted_taps_forward_workspace_size",
+      [](const Array& pts, const Array& rotations, const std::vector<Array>& planes) {
+        constexpr const char* op = "kplanes_tilted_taps";
+        const Levels levels(planes, std::nullopt, op);
+        return kplanes_tilted_taps_forward_workspace_size(to_tensor_ref(pts, op, "pts"),
+                                                          to_tensor_ref(rotations, op, "rotations"),
+                                                          levels.planes.data(), levels.count());
+      },
+      "pts"_a.noconvert(), "rotations"_a.noconvert(), "planes"_a);
+  m.def(
+      "kplanes_tilted_taps_backward_workspace_size",
       [](const Array& pts, const Array& rotations, const std::vector<Array>& planes,
          bool wants_grad_planes, bool deterministic) {
         constexpr const char* op = "kplanes_tilted_taps_backward";
         const Levels levels(planes, std::nullopt, op);
-        return kplanes_tilted_taps_workspace_size(
+        return kplanes_tilted_taps_backward_workspace_size(
             to_tensor_ref(pts, op, "pts"), to_tensor_ref(rotations, op, "rotations"),
             levels.planes.data(), levels.count(), wants_grad_planes, deterministic);
       },
@@ -262,7 +294,7 @@ void bind_kplanes(nb::module_& m) {
       "kplanes_tilted_with_taps_forward",
       [](const Array& pts, const Array& tap_pts, const Array& rotations,
          const std::vector<Array>& planes, double h, const Gates& gates, const Array& features,
-         const Array& tap_features, std::uintptr_t stream) {
+         const Array& tap_features, const Array& workspace, std::uintptr_t stream) {
         constexpr const char* op = "kplanes_tilted_with_taps";
         const Levels levels(planes, gates, op);
         const TensorRef p = to_tensor_ref(pts, op, "pts");
@@ -272,17 +304,30 @@ void bind_kplanes(nb::module_& m) {
         const TensorRef taps = to_tensor_ref(tap_features, op, "tap_features");
         nb::gil_scoped_release release;
         kplanes_tilted_with_taps_forward(p, t, r, levels.planes.data(), levels.count(), h,
-                                         levels.gates_data, out, taps, to_stream(stream));
+                                         levels.gates_data, out, taps, workspace.data(),
+                                         workspace.nbytes(), to_stream(stream));
       },
       "pts"_a.noconvert(), "tap_pts"_a.noconvert(), "rotations"_a.noconvert(), "planes"_a, "h"_a,
-      "gates"_a.none(), "features"_a.noconvert(), "tap_features"_a.noconvert(), "stream"_a);
+      "gates"_a.none(), "features"_a.noconvert(), "tap_features"_a.noconvert(),
+      "workspace"_a.noconvert(), "stream"_a);
   m.def(
-      "kplanes_tilted_with_taps_workspace_size",
+      "kplanes_tilted_with_taps_forward_workspace_size",
+      [](const Array& pts, const Array& tap_pts, const Array& rotations,
+         const std::vector<Array>& planes) {
+        constexpr const char* op = "kplanes_tilted_with_taps";
+        const Levels levels(planes, std::nullopt, op);
+        return kplanes_tilted_with_taps_forward_workspace_size(
+            to_tensor_ref(pts, op, "pts"), to_tensor_ref(tap_pts, op, "tap_pts"),
+            to_tensor_ref(rotations, op, "rotations"), levels.planes.data(), levels.count());
+      },
+      "pts"_a.noconvert(), "tap_pts"_a.noconvert(), "rotations"_a.noconvert(), "planes"_a);
+  m.def(
+      "kplanes_tilted_with_taps_backward_workspace_size",
       [](const Array& pts, const Array& tap_pts, const Array& rotations,
          const std::vector<Array>& planes, bool wants_grad_planes, bool deterministic) {
         constexpr const char* op = "kplanes_tilted_with_taps_backward";
         const Levels levels(planes, std::nullopt, op);
-        return kplanes_tilted_with_taps_workspace_size(
+        return kplanes_tilted_with_taps_backward_workspace_size(
             to_tensor_ref(pts, op, "pts"), to_tensor_ref(tap_pts, op, "tap_pts"),
             to_tensor_ref(rotations, op, "rotations"), levels.planes.data(), levels.count(),
             wants_grad_planes, deterministic);

@@ -5,12 +5,14 @@
 // pass their own name, so every message starts with the function the caller called.
 #include "fieldfuse/kplanes.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "core/check.h"
 #include "kplanes/kplanes_call.h"
 #include "kplanes/kplanes_drivers.h"
+#include "kplanes/kplanes_staging.h"
 
 namespace fieldfuse::detail::kplanes {
 namespace {
@@ -235,15 +237,22 @@ void check_gradient_requests(const char* op, const Problem& pb, const Gradients&
   }
 }
 
-std::size_t backward_workspace(const Problem& pb, const Gradients& g, bool deterministic) {
+/// The driver's share of a backward's workspace (after the staging region).
+std::size_t driver_backward_workspace(const Problem& pb, bool wants_grad_planes,
+                                      bool deterministic) {
 #if FIELDFUSE_WITH_CUDA
-  if (pb.device.is_cuda()) {
-    return backward_workspace_cuda(pb, g.planes != nullptr, deterministic);
-  }
+  if (pb.device.is_cuda()) return backward_workspace_cuda(pb, wants_grad_planes, deterministic);
 #endif
-  (void)g;
+  (void)wants_grad_planes;
   (void)deterministic;
   return backward_workspace_cpu(pb);
+}
+
+/// Staging region plus the driver's share; the layouts the driver sees after staging are dense
+/// channels-last, whose sizes are the same, so the driver's share reads `pb` as given.
+std::size_t backward_workspace(const Problem& pb, const Staging& staging, bool wants_grad_planes,
+                               bool deterministic) {
+  return staging.bytes + driver_backward_workspace(pb, wants_grad_planes, deterministic);
 }
 
 /// A gradient output: the shape and dtype of its input, distinct elements, not aliasing inputs or
@@ -272,9 +281,15 @@ int64_t num_features(const char* op, const Call& call) {
   return make_problem(op, call, /*needs_data=*/false).num_features;
 }
 
+std::size_t forward_workspace_size(const char* op, const Call& call) {
+  const Problem pb = make_problem(op, call, /*needs_data=*/false);
+  return std::max<std::size_t>(1, plan_staging(pb, false, false).bytes);
+}
+
 void forward(const char* op, const Call& call, const TensorRef& features,
-             const TensorRef& tap_features, Stream stream) {
-  const Problem pb = make_problem(op, call);
+             const TensorRef& tap_features, void* workspace, std::size_t workspace_bytes,
+             Stream stream) {
+  Problem pb = make_problem(op, call);
   const char* ref_arg = reference_of(call).arg;
   const int64_t f = pb.num_features;
   ForwardOutputs out;
@@ -299,10 +314,13 @@ void forward(const char* op, const Call& call, const TensorRef& features,
     }
     out.tap_features = tap_features.data;
   }
+  const Staging staging = plan_staging(pb, false, false);
+  detail::check_workspace(op, workspace, workspace_bytes, std::max<std::size_t>(1, staging.bytes));
+  if (pb.num_slots() == 0) return;  // nothing reads the planes: skip the copies
+  stage(pb, staging, workspace, stream);
 #if FIELDFUSE_WITH_CUDA
   if (pb.device.is_cuda()) return forward_cuda(pb, out, stream);
 #endif
-  (void)stream;
   forward_cpu(pb, out);
 }
 
@@ -310,7 +328,9 @@ std::size_t backward_workspace_size(const char* op, const Call& call, const Grad
                                     bool deterministic) {
   const Problem pb = make_problem(op, call, /*needs_data=*/false);
   check_gradient_requests(op, pb, grads);
-  return backward_workspace(pb, grads, deterministic);
+  const bool wants_grad_planes = grads.planes != nullptr;
+  return backward_workspace(pb, plan_staging(pb, wants_grad_planes, deterministic),
+                            wants_grad_planes, deterministic);
 }
 
 void backward(const char* op, const Call& call, const TensorRef& grad_features,
@@ -388,16 +408,22 @@ void backward(const char* op, const Call& call, const TensorRef& grad_features,
       pb.levels[l].grad_view = plane_view(g);
     }
   }
+  const Staging staging = plan_staging(pb, args.wants_planes, deterministic);
   detail::check_workspace(op, workspace, workspace_bytes,
-                          backward_workspace(pb, grads, deterministic));
+                          backward_workspace(pb, staging, args.wants_planes, deterministic));
+  const StagedGradients staged = stage(pb, staging, workspace, stream);
   args.deterministic = deterministic;
-  args.workspace = workspace;
-  args.workspace_bytes = workspace_bytes;
+  args.workspace = driver_workspace(workspace, staging);
+  args.workspace_bytes = workspace_bytes - staging.bytes;
   args.stream = stream;
 #if FIELDFUSE_WITH_CUDA
-  if (pb.device.is_cuda()) return backward_cuda(args);
+  if (pb.device.is_cuda()) {
+    backward_cuda(args);
+    return unstage_gradients(pb, staged, stream);
+  }
 #endif
   backward_cpu(args);
+  unstage_gradients(pb, staged, stream);
 }
 
 }  // namespace fieldfuse::detail::kplanes
@@ -479,16 +505,23 @@ int64_t kplanes_num_features(const TensorRef* planes, int num_levels, int num_ti
   return num_tilts * channels;
 }
 
-void kplanes_tilted_forward(const TensorRef& pts, const TensorRef& rotations,
-                            const TensorRef* planes, int num_levels, const double* gates,
-                            const TensorRef& features, Stream stream) {
-  detail::kplanes::forward("kplanes_tilted", tilted_call(pts, rotations, planes, num_levels, gates),
-                           features, TensorRef{}, stream);
+std::size_t kplanes_tilted_forward_workspace_size(const TensorRef& pts, const TensorRef& rotations,
+                                                  const TensorRef* planes, int num_levels) {
+  return detail::kplanes::forward_workspace_size(
+      "kplanes_tilted", tilted_call(pts, rotations, planes, num_levels, nullptr));
 }
 
-std::size_t kplanes_tilted_workspace_size(const TensorRef& pts, const TensorRef& rotations,
-                                          const TensorRef* planes, int num_levels,
-                                          bool wants_grad_planes, bool deterministic) {
+void kplanes_tilted_forward(const TensorRef& pts, const TensorRef& rotations,
+                            const TensorRef* planes, int num_levels, const double* gates,
+                            const TensorRef& features, void* workspace, std::size_t workspace_bytes,
+                            Stream stream) {
+  detail::kplanes::forward("kplanes_tilted", tilted_call(pts, rotations, planes, num_levels, gates),
+                           features, TensorRef{}, workspace, workspace_bytes, stream);
+}
+
+std::size_t kplanes_tilted_backward_workspace_size(const TensorRef& pts, const TensorRef& rotations,
+                                                   const TensorRef* planes, int num_levels,
+                                                   bool wants_grad_planes, bool deterministic) {
   return detail::kplanes::backward_workspace_size(
       "kplanes_tilted_backward", tilted_call(pts, rotations, planes, num_levels, nullptr),
       workspace_request(wants_grad_planes), deterministic);
@@ -506,14 +539,22 @@ void kplanes_tilted_backward(const TensorRef& pts, const TensorRef& rotations,
                             deterministic, workspace, workspace_bytes, stream);
 }
 
-void kplanes_forward(const TensorRef& pts, const TensorRef* planes, int num_levels,
-                     const double* gates, const TensorRef& features, Stream stream) {
-  detail::kplanes::forward("kplanes", axis_aligned_call(pts, planes, num_levels, gates), features,
-                           TensorRef{}, stream);
+std::size_t kplanes_forward_workspace_size(const TensorRef& pts, const TensorRef* planes,
+                                           int num_levels) {
+  return detail::kplanes::forward_workspace_size(
+      "kplanes", axis_aligned_call(pts, planes, num_levels, nullptr));
 }
 
-std::size_t kplanes_workspace_size(const TensorRef& pts, const TensorRef* planes, int num_levels,
-                                   bool wants_grad_planes, bool deterministic) {
+void kplanes_forward(const TensorRef& pts, const TensorRef* planes, int num_levels,
+                     const double* gates, const TensorRef& features, void* workspace,
+                     std::size_t workspace_bytes, Stream stream) {
+  detail::kplanes::forward("kplanes", axis_aligned_call(pts, planes, num_levels, gates), features,
+                           TensorRef{}, workspace, workspace_bytes, stream);
+}
+
+std::size_t kplanes_backward_workspace_size(const TensorRef& pts, const TensorRef* planes,
+                                            int num_levels, bool wants_grad_planes,
+                                            bool deterministic) {
   return detail::kplanes::backward_workspace_size(
       "kplanes_backward", axis_aligned_call(pts, planes, num_levels, nullptr),
       workspace_request(wants_grad_planes), deterministic);
@@ -528,18 +569,27 @@ void kplanes_backward(const TensorRef& pts, const TensorRef* planes, int num_lev
                             deterministic, workspace, workspace_bytes, stream);
 }
 
+std::size_t kplanes_tilted_taps_forward_workspace_size(const TensorRef& pts,
+                                                       const TensorRef& rotations,
+                                                       const TensorRef* planes, int num_levels) {
+  return detail::kplanes::forward_workspace_size(
+      "kplanes_tilted_taps", taps_call(pts, rotations, planes, num_levels, 0.0, nullptr));
+}
+
 void kplanes_tilted_taps_forward(const TensorRef& pts, const TensorRef& rotations,
                                  const TensorRef* planes, int num_levels, double h,
                                  const double* gates, const TensorRef& tap_features,
-                                 Stream stream) {
+                                 void* workspace, std::size_t workspace_bytes, Stream stream) {
   detail::kplanes::forward("kplanes_tilted_taps",
                            taps_call(pts, rotations, planes, num_levels, h, gates), TensorRef{},
-                           tap_features, stream);
+                           tap_features, workspace, workspace_bytes, stream);
 }
 
-std::size_t kplanes_tilted_taps_workspace_size(const TensorRef& pts, const TensorRef& rotations,
-                                               const TensorRef* planes, int num_levels,
-                                               bool wants_grad_planes, bool deterministic) {
+std::size_t kplanes_tilted_taps_backward_workspace_size(const TensorRef& pts,
+                                                        const TensorRef& rotations,
+                                                        const TensorRef* planes, int num_levels,
+                                                        bool wants_grad_planes,
+                                                        bool deterministic) {
   return detail::kplanes::backward_workspace_size(
       "kplanes_tilted_taps_backward", taps_call(pts, rotations, planes, num_levels, 0.0, nullptr),
       workspace_request(wants_grad_planes), deterministic);
@@ -557,20 +607,29 @@ void kplanes_tilted_taps_backward(const TensorRef& pts, const TensorRef& rotatio
                             deterministic, workspace, workspace_bytes, stream);
 }
 
+std::size_t kplanes_tilted_with_taps_forward_workspace_size(const TensorRef& pts,
+                                                            const TensorRef& tap_pts,
+                                                            const TensorRef& rotations,
+                                                            const TensorRef* planes,
+                                                            int num_levels) {
+  return detail::kplanes::forward_workspace_size(
+      "kplanes_tilted_with_taps",
+      with_taps_call(pts, tap_pts, rotations, planes, num_levels, 0.0, nullptr));
+}
+
 void kplanes_tilted_with_taps_forward(const TensorRef& pts, const TensorRef& tap_pts,
                                       const TensorRef& rotations, const TensorRef* planes,
                                       int num_levels, double h, const double* gates,
                                       const TensorRef& features, const TensorRef& tap_features,
-                                      Stream stream) {
+                                      void* workspace, std::size_t workspace_bytes, Stream stream) {
   detail::kplanes::forward("kplanes_tilted_with_taps",
                            with_taps_call(pts, tap_pts, rotations, planes, num_levels, h, gates),
-                           features, tap_features, stream);
+                           features, tap_features, workspace, workspace_bytes, stream);
 }
 
-std::size_t kplanes_tilted_with_taps_workspace_size(const TensorRef& pts, const TensorRef& tap_pts,
-                                                    const TensorRef& rotations,
-                                                    const TensorRef* planes, int num_levels,
-                                                    bool wants_grad_planes, bool deterministic) {
+std::size_t kplanes_tilted_with_taps_backward_workspace_size(
+    const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
+    const TensorRef* planes, int num_levels, bool wants_grad_planes, bool deterministic) {
   return detail::kplanes::backward_workspace_size(
       "kplanes_tilted_with_taps_backward",
       with_taps_call(pts, tap_pts, rotations, planes, num_levels, 0.0, nullptr),

@@ -38,10 +38,14 @@ struct Gradients {
 /// `<name>_backward` for the backward and its workspace query).
 int64_t num_features(const char* op, const Call& call);
 
+/// The forward's workspace: the staging region (Note [plane staging]), at least 1 byte.
+std::size_t forward_workspace_size(const char* op, const Call& call);
+
 /// `features [B, F]` (may be absent when B = 0) and `tap_features [4, N, F]` (may be absent when
 /// N = 0).
 void forward(const char* op, const Call& call, const TensorRef& features,
-             const TensorRef& tap_features, Stream stream);
+             const TensorRef& tap_features, void* workspace, std::size_t workspace_bytes,
+             Stream stream);
 
 std::size_t backward_workspace_size(const char* op, const Call& call, const Gradients& grads,
                                     bool deterministic);

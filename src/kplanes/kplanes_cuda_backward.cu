@@ -7,6 +7,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "core/cuda_launch.cuh"
+#include "core/layout_copy.h"
 #include "core/warp.cuh"
 #include "kplanes/kplanes_cuda.cuh"
 #include "kplanes/kplanes_drivers.h"
@@ -191,35 +192,7 @@ __global__ void __launch_bounds__(kFinalThreads)
   if (threadIdx.x == 0) grad[t * s0 + (i / 3) * s1 + (i % 3) * s2] = static_cast<T>(total);
 }
 
-/// A 16-bit plane gradient from its float32 channels-last accumulator.
-template <class S>
-__global__ void round_gradient_kernel(const float* __restrict__ acc, PlaneView av, S* grad,
-                                      PlaneView gv) {
-  const int64_t n = av.numel();
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    // i runs over the accumulator's [P, H, W, C] order.
-    const int64_t c = i % av.channels;
-    int64_t rest = i / av.channels;
-    const int64_t x = rest % av.width;
-    rest /= av.width;
-    const int64_t y = rest % av.height;
-    const int64_t k = rest / av.height;
-    grad[gv.offset(k, c, y, x)] = static_cast<S>(acc[i]);
-  }
-}
-
 // ---- host side ---------------------------------------------------------------------------------
-
-/// The dense channels-last view of a [P, C, H, W] level.
-PlaneView channels_last(const PlaneView& v) {
-  PlaneView cl = v;
-  cl.stride_c = 1;
-  cl.stride_x = v.channels;
-  cl.stride_y = v.channels * v.width;
-  cl.stride_k = v.channels * v.width * v.height;
-  return cl;
-}
 
 /// Blocks per tilt of the backward's fixed grid: enough to fill any current GPU several times
 /// over, few enough that the per-block rotation reductions are a small part of the work. Fixed,
@@ -362,17 +335,14 @@ void launch_rotation_gradient(const BackwardArgs& a, const BackwardBuffers& buf,
   cuda::check_launch(pb.op, "rotation_gradient_kernel", stream);
 }
 
-/// The 16-bit plane gradients, rounded from the scatter's float32 accumulators.
-template <class S>
-void launch_round_gradients(const Problem& pb, const Problem& target, cudaStream_t stream) {
+/// The 16-bit plane gradients, rounded once from the scatter's float32 channels-last accumulators
+/// while they are copied into the caller's layout (Note [plane staging]).
+void round_gradients(const Problem& pb, const Problem& target, Stream stream) {
   for (std::size_t l = 0; l < pb.levels.size(); ++l) {
     const Level& level = pb.levels[l];
-    const int64_t n = level.view.numel();
-    const auto grid_size = static_cast<unsigned>(std::min<int64_t>(cuda::ceil_div(n, 256), 65536));
-    round_gradient_kernel<S><<<grid_size, 256, 0, stream>>>(
-        static_cast<const float*>(target.levels[l].grad), target.levels[l].grad_view,
-        static_cast<S*>(level.grad), level.grad_view);
-    cuda::check_launch(pb.op, "round_gradient_kernel", stream);
+    copy_from_channels_last(target.levels[l].grad, DType::Float32,
+                            plane_ref(level.grad, level.grad_view, pb.plane_dtype, pb.device),
+                            stream, pb.op);
   }
 }
 
@@ -407,7 +377,7 @@ void backward_cuda(const BackwardArgs& a) {
     }
     if (plan.wants_points && plan.slots > 0) launch_point_gradient<T>(a, buf, plan, stream);
     if (plan.wants_rotations) launch_rotation_gradient<T>(a, buf, plan, stream);
-    if (plan.scatter && plan.half) launch_round_gradients<S>(pb, target, stream);
+    if (plan.scatter && plan.half) round_gradients(pb, target, a.stream);
   });
   if (a.wants_planes && a.deterministic) gather_plane_gradients(a, buf.gather, stream);
 }

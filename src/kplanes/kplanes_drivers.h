@@ -25,6 +25,29 @@ struct PlaneView {
   FF_HOST_DEVICE int64_t numel() const { return planes * channels * height * width; }
 };
 
+/// The dense channels-last view of a `[P, C, H, W]` level (strides (H·W·C, 1, W·C, C)).
+inline PlaneView channels_last(const PlaneView& v) {
+  PlaneView cl = v;
+  cl.stride_c = 1;
+  cl.stride_x = v.channels;
+  cl.stride_y = v.channels * v.width;
+  cl.stride_k = v.channels * v.width * v.height;
+  return cl;
+}
+
+/// A level as a `[P, C, H, W]` TensorRef (for the layout copies, layout_copy.h).
+inline TensorRef plane_ref(const void* data, const PlaneView& v, DType dtype, Device device) {
+  TensorRef t;
+  t.data = const_cast<void*>(data);
+  t.dtype = dtype;
+  t.device = device;
+  t.ndim = 4;
+  const int64_t sizes[4] = {v.planes, v.channels, v.height, v.width};
+  const int64_t strides[4] = {v.stride_k, v.stride_c, v.stride_y, v.stride_x};
+  for (int i = 0; i < 4; ++i) t.sizes[i] = sizes[i], t.strides[i] = strides[i];
+  return t;
+}
+
 /// One level as the drivers see it.
 struct Level {
   const void* data = nullptr;

@@ -2,6 +2,12 @@
 // Front of plane_tv (declared in fieldfuse/kplanes.h, next to the planes it smooths): each level's
 // planes as a [..., H, W] stack, reduced by the TV drivers into per-axis Δ² sums
 // (Functional::SqAxes, plane_tv_math.h) that a per-level plan weighs into the level's term.
+//
+// Layouts are read in place, unlike the feature functions (Note [plane staging] in
+// src/kplanes/kplanes_staging.cpp): the TV kernels put threadIdx.x along W, so an NCHW level
+// (stride_w = 1) is their fast layout (coalesced rows and the 4-wide quad path, Note [quad path]
+// in tv_cuda.cu), and a channels-last one reads rows C elements apart. A channels-last copy would
+// make NCHW slower, so nothing is staged; bench_kplanes.py's layout table times both layouts.
 #include <algorithm>
 #include <string>
 

@@ -52,9 +52,17 @@ const char* backward_op(const KPlanesInputs& in) {
   return in.variant == KPlanesVariant::kTilted ? "kplanes_tilted_backward" : "kplanes_backward";
 }
 
+/// Host scratch for the forwards: on the CPU they stage nothing and need 1 byte.
+std::vector<double>& forward_scratch() {
+  static std::vector<double> scratch(8);
+  return scratch;
+}
+
 void kp_forward_call(const KPlanesInputs& in, const TensorRef& features,
                      const TensorRef& tap_features) {
-  fieldfuse::detail::kplanes::forward(forward_op(in), in, features, tap_features, {});
+  std::vector<double>& w = forward_scratch();
+  fieldfuse::detail::kplanes::forward(forward_op(in), in, features, tap_features, w.data(),
+                                      w.size() * sizeof(double), {});
 }
 void kp_backward_call(const KPlanesInputs& in, const TensorRef& grad_features,
                       const TensorRef& grad_tap_features, const KPlanesGradients& grads,
@@ -1047,14 +1055,26 @@ TEST(KPlanesPublicEntries, TiltedEntriesMatchTheSharedImplementation) {
   const std::vector<double> features = a.features.logical(), taps = a.tap_features.logical();
 
   HostTensor<float> out = make_tensor<float>({ValidArgs::kPoints, a.features_count});
-  fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, gates, out.ref);
+  // Each forward runs in the workspace its own query reports (1 byte on the CPU: no staging).
+  const size_t forward_bytes =
+      fieldfuse::kplanes_tilted_forward_workspace_size(a.pts.ref, a.rotations.ref, planes, 2);
+  EXPECT_EQ(forward_bytes, 1u);
+  EXPECT_EQ(fieldfuse::kplanes_tilted_taps_forward_workspace_size(a.tap_pts.ref, a.rotations.ref,
+                                                                  planes, 2),
+            1u);
+  EXPECT_EQ(fieldfuse::kplanes_tilted_with_taps_forward_workspace_size(a.pts.ref, a.tap_pts.ref,
+                                                                       a.rotations.ref, planes, 2),
+            1u);
+  char fw[8];
+  fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, gates, out.ref, fw,
+                                    forward_bytes);
   EXPECT_TRUE(same_bits(out.logical(), features));
   HostTensor<float> tap_out = make_tensor<float>({4, ValidArgs::kTaps, a.features_count});
   fieldfuse::kplanes_tilted_taps_forward(a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, gates,
-                                         tap_out.ref);
+                                         tap_out.ref, fw, forward_bytes);
   EXPECT_TRUE(same_bits(tap_out.logical(), taps));
   fieldfuse::kplanes_tilted_with_taps_forward(a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2,
-                                              0.1, gates, out.ref, tap_out.ref);
+                                              0.1, gates, out.ref, tap_out.ref, fw, forward_bytes);
   EXPECT_TRUE(same_bits(out.logical(), features));
   EXPECT_TRUE(same_bits(tap_out.logical(), taps));
   EXPECT_EQ(fieldfuse::kplanes_num_features(planes, 2, a.tilts), a.features_count);
@@ -1064,21 +1084,22 @@ TEST(KPlanesPublicEntries, TiltedEntriesMatchTheSharedImplementation) {
     std::vector<double> workspace((bytes + sizeof(double) - 1) / sizeof(double));
     EXPECT_NO_THROW(call(workspace.data(), bytes));
   };
-  run(fieldfuse::kplanes_tilted_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true, false),
+  run(fieldfuse::kplanes_tilted_backward_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true,
+                                                        false),
       [&](void* w, size_t n) {
         fieldfuse::kplanes_tilted_backward(
             a.pts.ref, a.rotations.ref, planes, 2, gates, a.grad_features.ref, &a.grad_pts.ref,
             &a.grad_rotations.ref, a.grad_plane_refs.data(), false, w, n);
       });
-  run(fieldfuse::kplanes_tilted_taps_workspace_size(a.tap_pts.ref, a.rotations.ref, planes, 2, true,
-                                                    true),
+  run(fieldfuse::kplanes_tilted_taps_backward_workspace_size(a.tap_pts.ref, a.rotations.ref, planes,
+                                                             2, true, true),
       [&](void* w, size_t n) {
         fieldfuse::kplanes_tilted_taps_backward(a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1,
                                                 gates, a.grad_tap_features.ref, &a.grad_tap_pts.ref,
                                                 nullptr, a.grad_plane_refs.data(), true, w, n);
       });
-  run(fieldfuse::kplanes_tilted_with_taps_workspace_size(a.pts.ref, a.tap_pts.ref, a.rotations.ref,
-                                                         planes, 2, false, false),
+  run(fieldfuse::kplanes_tilted_with_taps_backward_workspace_size(
+          a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, false, false),
       [&](void* w, size_t n) {
         fieldfuse::kplanes_tilted_with_taps_backward(
             a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, gates, a.grad_features.ref,
@@ -1099,13 +1120,18 @@ TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
   expect_prefix(
       [&] {
         fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, nullptr,
-                                          a.features.ref);
+                                          a.features.ref, w, n);
       },
       "kplanes_tilted(): expected pts");
   expect_prefix(
       [&] {
-        fieldfuse::kplanes_tilted_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true,
-                                                 false);
+        fieldfuse::kplanes_tilted_forward_workspace_size(a.pts.ref, a.rotations.ref, planes, 2);
+      },
+      "kplanes_tilted(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_backward_workspace_size(a.pts.ref, a.rotations.ref, planes, 2,
+                                                          true, false);
       },
       "kplanes_tilted_backward(): expected pts");
   expect_prefix(
@@ -1116,10 +1142,16 @@ TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
       },
       "kplanes_tilted_backward(): expected pts");
   expect_prefix(
-      [&] { fieldfuse::kplanes_forward(axis.pts.ref, axis_planes, 2, nullptr, axis.features.ref); },
+      [&] {
+        fieldfuse::kplanes_forward(axis.pts.ref, axis_planes, 2, nullptr, axis.features.ref, w, n);
+      },
       "kplanes(): expected pts");
+  expect_prefix([&] { fieldfuse::kplanes_forward_workspace_size(axis.pts.ref, axis_planes, 2); },
+                "kplanes(): expected pts");
   expect_prefix(
-      [&] { fieldfuse::kplanes_workspace_size(axis.pts.ref, axis_planes, 2, true, false); },
+      [&] {
+        fieldfuse::kplanes_backward_workspace_size(axis.pts.ref, axis_planes, 2, true, false);
+      },
       "kplanes_backward(): expected pts");
   expect_prefix(
       [&] {
@@ -1131,13 +1163,19 @@ TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
   expect_prefix(
       [&] {
         fieldfuse::kplanes_tilted_taps_forward(a.pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr,
-                                               a.tap_features.ref);
+                                               a.tap_features.ref, w, n);
       },
       "kplanes_tilted_taps(): expected pts to have shape [B, 3]");
   expect_prefix(
       [&] {
-        fieldfuse::kplanes_tilted_taps_workspace_size(a.pts.ref, a.rotations.ref, planes, 2, true,
-                                                      false);
+        fieldfuse::kplanes_tilted_taps_forward_workspace_size(a.pts.ref, a.rotations.ref, planes,
+                                                              2);
+      },
+      "kplanes_tilted_taps(): expected pts to have shape [B, 3]");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_backward_workspace_size(a.pts.ref, a.rotations.ref, planes,
+                                                               2, true, false);
       },
       "kplanes_tilted_taps_backward(): expected pts to have shape [B, 3]");
   expect_prefix(
@@ -1151,13 +1189,19 @@ TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
       [&] {
         fieldfuse::kplanes_tilted_with_taps_forward(a.pts.ref, a.tap_pts.ref, a.rotations.ref,
                                                     planes, 2, 0.1, nullptr, a.features.ref,
-                                                    a.tap_features.ref);
+                                                    a.tap_features.ref, w, n);
       },
       "kplanes_tilted_with_taps(): expected pts");
   expect_prefix(
       [&] {
-        fieldfuse::kplanes_tilted_with_taps_workspace_size(a.pts.ref, a.tap_pts.ref,
-                                                           a.rotations.ref, planes, 2, true, false);
+        fieldfuse::kplanes_tilted_with_taps_forward_workspace_size(a.pts.ref, a.tap_pts.ref,
+                                                                   a.rotations.ref, planes, 2);
+      },
+      "kplanes_tilted_with_taps(): expected pts");
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_with_taps_backward_workspace_size(
+            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, true, false);
       },
       "kplanes_tilted_with_taps_backward(): expected pts");
   expect_prefix(
@@ -1169,6 +1213,31 @@ TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
       "kplanes_tilted_with_taps_backward(): expected pts");
   expect_prefix([&] { fieldfuse::kplanes_num_features(planes, 0, 2); },
                 "kplanes_num_features(): expected at least one level");
+}
+
+TEST(KPlanesValidation, ForwardsNeedTheirWorkspace) {
+  ValidArgs a;
+  const TensorRef* planes = a.plane_refs.data();
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_forward(a.pts.ref, a.rotations.ref, planes, 2, nullptr,
+                                          a.features.ref, nullptr, 0);
+      },
+      "kplanes_tilted(): expected a workspace of at least 1 bytes, but got a null pointer");
+  char w[8];
+  expect_prefix(
+      [&] {
+        fieldfuse::kplanes_tilted_taps_forward(a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1,
+                                               nullptr, a.tap_features.ref, w, 0);
+      },
+      "kplanes_tilted_taps(): expected a workspace of at least 1 bytes");
+  // The query reads metadata only, like the backward's.
+  std::vector<TensorRef> meta_planes = a.plane_refs;
+  for (TensorRef& r : meta_planes) r.data = nullptr;
+  TensorRef pts = a.pts.ref, rotations = a.rotations.ref;
+  pts.data = rotations.data = nullptr;
+  EXPECT_EQ(fieldfuse::kplanes_tilted_forward_workspace_size(pts, rotations, meta_planes.data(), 2),
+            1u);
 }
 
 TEST(KPlanesValidation, ValidArgumentsAreAccepted) {

@@ -359,8 +359,9 @@ class KPlanesTilted(_KPlanesField):
         init_rotations: initial ``[T, 3, 3]`` rotations (projected to the nearest rotation first);
             default :func:`default_rotations` (identity for tilt 0, deterministic distinct turns
             of π/5 for the others).
-        channels_last: store planes channels-last (read in place by the op, faster on CUDA); the
-            parameters keep logical shape ``[3T, C, H, W]`` either way.
+        channels_last: store planes channels-last (read in place by the op; on CUDA NCHW planes
+            are copied channels-last into the op's workspace each call, which costs memory and a
+            little time); the parameters keep logical shape ``[3T, C, H, W]`` either way.
         dtype: floating dtype of every parameter (default: torch's default dtype). Points passed
             to the module must have the same dtype.
         device: device of every parameter.

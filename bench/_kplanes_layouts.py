@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The layout table of bench_kplanes.py: each K-Planes function with NCHW planes against the same
+call with channels-last planes (issue 12's target: NCHW within 15% of channels-last).
+
+Every function that takes planes, fp32 and bf16, forward and forward+backward, at both configs
+(kplanes_tilted, plane_tv) or the tomography one (kplanes, kplanes_tilted_taps,
+kplanes_tilted_with_taps); CUDA-event medians over inputs rotated past the cache, as the kernel
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+import _timing as tm
+from _timing import measure, median, ms_cell
+import fieldfuse
+
+TARGET_RATIO = 1.15
+# Taps per point of the with_taps rows: a training batch plus a quarter as many TV tap points.
+TAP_FRACTION = 4
+H = 0.01
+HEADERS = ("function", "config", "dtype", "pass", "NCHW ms", "channels-last ms", "NCHW / CL",
+           "≤ 1.15")
+
+
+@dataclass(frozen=True)
+class Function:
+    """A timed call: `call(s)` returns the outputs of a set; `configs` limits where it runs."""
+
+    name: str
+    call: Callable[[Any], Any]
+    configs: tuple[str, ...] = ("tomography", "production")
+
+
+def _planes3(s) -> list[torch.Tensor]:
+    """The first tilt's three planes of each level, for the axis-aligned kplanes."""
+    return [p[:3] for p in s.planes]
+
+
+FUNCTIONS = (
+    Function("kplanes_tilted", lambda s: fieldfuse.kplanes_tilted(s.pts, s.rotations, s.planes)),
+    Function("kplanes", lambda s: fieldfuse.kplanes(s.pts, _planes3(s)), ("tomography",)),
+    Function("kplanes_tilted_taps",
+             lambda s: fieldfuse.kplanes_tilted_taps(s.pts[: s.pts.shape[0] // TAP_FRACTION],
+                                                     s.rotations, s.planes, H),
+             ("tomography",)),
+    Function("kplanes_tilted_with_taps",
+             lambda s: fieldfuse.kplanes_tilted_with_taps(
+                 s.pts, s.pts[: s.pts.shape[0] // TAP_FRACTION], s.rotations, s.planes, H),
+             ("tomography",)),
+    Function("plane_tv", lambda s: fieldfuse.plane_tv(s.planes, s.rotations.shape[0])),
+)
+
+
+def _loss(out) -> torch.Tensor:
+    outs = (out,) if isinstance(out, torch.Tensor) else out
+    return sum(o.float().sum() for o in outs)
+
+
+def _step(fn: Function, pass_name: str) -> Callable:
+    if pass_name == "fwd":
+        def forward(s):
+            with torch.no_grad():
+                return fn.call(s)
+        return forward
+    # Gradients to every leaf the call reads (plane_tv reads no points, kplanes no rotations).
+    return lambda s: torch.autograd.grad(_loss(fn.call(s)), s.leaves(), allow_unused=True)
+
+
+def layout_rows(cfg, dtype: torch.dtype, sets, args: argparse.Namespace,
+                dtype_label: str) -> list[dict[str, Any]]:
+    """Every function of FUNCTIONS at one config and dtype, on the NCHW and channels-last sets."""
+    rows = []
+    for fn in FUNCTIONS:
+        if cfg.name not in fn.configs:
+            continue
+        for pass_name in ("fwd", "fwd+bwd"):
+            step = _step(fn, pass_name)
+            results = {"NCHW": measure(step, sets.nchw, args.budget, memory=False),
+                       "channels_last": measure(step, sets.channels_last, args.budget,
+                                                memory=False)}
+            ratio = tm.ratio(median(results["NCHW"]), median(results["channels_last"]))
+            row = {"function": fn.name, "config": cfg.name, "config_label": cfg.label,
+                   "dtype": dtype_label, "pass": pass_name, "results": results, "ratio": ratio}
+            print(f"  layout {fn.name} {cfg.name} {dtype_label} {pass_name}: "
+                  f"NCHW {ms_cell(results['NCHW'])} ms, channels-last "
+                  f"{ms_cell(results['channels_last'])} ms", flush=True)
+            rows.append(row)
+    return rows
+
+
+def layout_table(rows: list[dict[str, Any]]) -> str:
+    body = [[r["function"], r["config"], r["dtype"], r["pass"], ms_cell(r["results"]["NCHW"]),
+             ms_cell(r["results"]["channels_last"]), tm.fmt(r["ratio"], ".2f"),
+             tm.MISSING if r["ratio"] is None else ("yes" if r["ratio"] <= TARGET_RATIO else "NO")]
+            for r in rows]
+    return ("### Plane layouts: NCHW against channels-last planes (same inputs; fieldfuse stages "
+            "NCHW levels channels-last in its workspace, Note [plane staging]; target NCHW ≤ 1.15× "
+            "channels-last)\n\n" + tm.markdown_table(HEADERS, body))
+
+
+def layout_errors(rows: list[dict[str, Any]]) -> list[str]:
+    return [f"- layout {r['function']} {r['config']} {r['dtype']} {r['pass']} {layout}: "
+            f"{result['error']}"
+            for r in rows for layout, result in r["results"].items() if "error" in result]
