@@ -156,14 +156,20 @@ def _unflatten(flat: Sequence, layout: tuple | None) -> list:
     return values
 
 
-def _flat_tensors(args) -> list[Tensor]:
-    out = []
+def _tensor_slots(args) -> tuple[list[Tensor], tuple]:
+    """The tensors among `args` (tensor lists spliced in) and, per argument, where they sit:
+    ``-1`` a tensor, ``n >= 0`` a list of n tensors, None no tensor (None, numbers, flags)."""
+    tensors, slots = [], []
     for a in args:
         if isinstance(a, Tensor):
-            out.append(a)
+            tensors.append(a)
+            slots.append(-1)
         elif _is_tensor_list(a):
-            out.extend(a)
-    return out
+            tensors.extend(a)
+            slots.append(len(a))
+        else:
+            slots.append(None)
+    return tensors, tuple(slots)
 
 
 _PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
@@ -188,14 +194,20 @@ def _through_library(tensors: list[Tensor]) -> bool:
 
 
 class _EagerAutograd(torch.autograd.Function):
-    """An op's impl with its registered autograd formula, over flattened tensor arguments."""
+    """An op's eager impl with its registered autograd formula.
+
+    Only the tensors go through ``apply`` (tensor lists spliced in): autograd tracks nothing else,
+    and each extra argument of ``apply`` costs host time. The whole argument list travels in a
+    one-shot box that the forward empties, so the graph keeps no input alive that ``setup_context``
+    did not save.
+    """
 
     @staticmethod
-    def forward(ctx, spec: OpSpec, layout: tuple, out_layout: list, *flat_inputs):
-        inputs = _unflatten(flat_inputs, layout)
-        outputs = spec.run_eagerly(*inputs)
-        spec.setup_context(ctx, inputs, outputs)
-        ctx.ff_spec, ctx.ff_layout = spec, layout
+    def forward(ctx, spec: OpSpec, box: list, slots: tuple, *tensors):
+        args, out_layout = box.pop(), box
+        outputs = spec.run_eagerly(*args)
+        spec.setup_context(ctx, args, outputs)
+        ctx.ff_spec, ctx.ff_slots = spec, slots
         ctx.set_materialize_grads(spec.materialize_grads)
         single = isinstance(outputs, Tensor)
         flat_out, ctx.ff_out_layout = _flatten((outputs,) if single else outputs)
@@ -212,19 +224,22 @@ class _EagerAutograd(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *flat_grads):
         grads = _unflatten(flat_grads, ctx.ff_out_layout)
-        needs = ctx.needs_input_grad[3:]
-        ctx.ff_needs_input_grad = tuple(_unflatten(needs, ctx.ff_layout))
+        needs = iter(ctx.needs_input_grad[3:])
+        ctx.ff_needs_input_grad = tuple(
+            False if slot is None else next(needs) if slot < 0 else [next(needs) for _ in range(slot)]
+            for slot in ctx.ff_slots
+        )
         input_grads = ctx.ff_spec.backward(ctx, *grads)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
-        if ctx.ff_layout is None:
-            return (None, None, None, *input_grads)
         flat = []
-        for grad, length in zip(input_grads, ctx.ff_layout, strict=True):
-            if length is None:
+        for grad, slot in zip(input_grads, ctx.ff_slots, strict=True):
+            if slot is None:
+                continue
+            if slot < 0:
                 flat.append(grad)
             else:
-                flat.extend(grad if grad is not None else [None] * length)
+                flat.extend(grad if grad is not None else [None] * slot)
         return (None, None, None, *flat)
 
 
@@ -283,7 +298,7 @@ class Op:
             self.custom_op.register_autograd(spec.backward, setup_context=spec.setup_context)
 
     def __call__(self, *args):
-        tensors = _flat_tensors(args)
+        tensors, slots = _tensor_slots(args)
         if _through_library(tensors):
             return self.custom_op(*args)
         wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
@@ -292,12 +307,11 @@ class Op:
         if not self.differentiable:
             # The library path raises torch's own error for an op without a gradient formula.
             return self.custom_op(*args)
-        flat, layout = _flatten(args)
-        out_layout: list = []
-        outputs = _EagerAutograd.apply(self.spec, layout, out_layout, *flat)
+        box = [args]  # _EagerAutograd.forward takes the arguments and leaves the output layout
+        outputs = _EagerAutograd.apply(self.spec, box, slots, *tensors)
         if isinstance(outputs, Tensor):
             return outputs
-        return tuple(_unflatten(outputs, out_layout[0]))
+        return tuple(_unflatten(outputs, box[0]))
 
     def __repr__(self) -> str:
         return f"fieldfuse.Op({self.spec.name!r})"
