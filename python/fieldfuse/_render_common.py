@@ -37,11 +37,12 @@ def num_rays(offsets: Tensor) -> int:
     return max(leading_size(offsets, 1) - 1, 0)
 
 
-def check_device_offsets(op: str, offsets: Tensor, num_samples: int) -> None:
+def check_device_offsets(op: str, offsets: Tensor, num_samples: int | None) -> None:
     """The value checks of CUDA offsets, which the C++ front makes for host offsets only (reading
     device memory synchronises). Skipped while compiling or capturing a CUDA graph, and for offsets
-    the front rejects by shape or dtype anyway."""
-    if offsets.device.type != "cuda" or torch.compiler.is_compiling():
+    or samples (``num_samples`` None: the per-sample tensor has the wrong number of dims) that the
+    front rejects by shape or dtype anyway, so its message names the argument at fault."""
+    if num_samples is None or offsets.device.type != "cuda" or torch.compiler.is_compiling():
         return
     if offsets.dim() != 1 or offsets.numel() < 1 or offsets.dtype != torch.int64:
         return

@@ -93,5 +93,5 @@ def line_integral(values: Tensor, delta_ts: Tensor, offsets: Tensor, *,
     check_tensor(op, "delta_ts", delta_ts)
     check_tensor(op, "offsets", offsets)
     if validate:
-        check_device_offsets(op, offsets, values.shape[0] if values.dim() else 0)
+        check_device_offsets(op, offsets, values.shape[0] if values.dim() in (1, 2) else None)
     return _ops["line_integral_forward"](values, delta_ts, offsets)

@@ -302,7 +302,8 @@ def _render(v: _Variant, x: _Inputs, depth, weights, total_samples, transmittanc
     x = x._replace(transmittance_thresh=real_number(v.name, "transmittance_thresh",
                                                     x.transmittance_thresh))
     if validate:
-        check_device_offsets(v.name, x.offsets, leading_size(x.first, 1))
+        samples = x.first.shape[0] if x.first.dim() == 1 else None
+        check_device_offsets(v.name, x.offsets, samples)
     # A forward that autograd will differentiate also writes the ray state; the results are the
     # same either way.
     differentiable = torch.is_grad_enabled() and any(
