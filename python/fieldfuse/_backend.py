@@ -33,7 +33,7 @@ _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 def stream_of(tensor: torch.Tensor) -> int:
     """The CUDA stream the op must run on (the current stream of the tensor's device), or 0 on CPU."""
-    if tensor.device.type != "cuda":
+    if not tensor.is_cuda:  # reads the device without building a torch.device (twice a step)
         return 0
     if _current_raw_stream is not None:
         return _current_raw_stream(tensor.device.index)

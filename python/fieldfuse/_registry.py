@@ -156,10 +156,19 @@ def _unflatten(flat: Sequence, layout: tuple | None) -> list:
     return values
 
 
-def _tensor_slots(args) -> tuple[list[Tensor], tuple]:
+def _tensor_slots(args, lists: bool = True) -> tuple[list[Tensor], tuple]:
     """The tensors among `args` (tensor lists spliced in) and, per argument, where they sit:
-    ``-1`` a tensor, ``n >= 0`` a list of n tensors, None no tensor (None, numbers, flags)."""
+    ``-1`` a tensor, ``n >= 0`` a list of n tensors, None no tensor (None, numbers, flags).
+    ``lists=False``: the op takes no list (its schema says so), so no argument is tested for one."""
     tensors, slots = [], []
+    if not lists:
+        for a in args:
+            if isinstance(a, Tensor):
+                tensors.append(a)
+                slots.append(-1)
+            else:
+                slots.append(None)
+        return tensors, tuple(slots)
     for a in args:
         if isinstance(a, Tensor):
             tensors.append(a)
@@ -203,19 +212,24 @@ class _EagerAutograd(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, spec: OpSpec, box: list, slots: tuple, *tensors):
+    def forward(ctx, op: Op, box: list, slots: tuple, *tensors):
         args, out_layout = box.pop(), box
+        spec = op.spec
         outputs = spec.run_eagerly(*args)
         spec.setup_context(ctx, args, outputs)
-        ctx.ff_spec, ctx.ff_slots = spec, slots
+        ctx.ff_spec, ctx.ff_slots, ctx.ff_lists = spec, slots, op.list_args
         ctx.set_materialize_grads(spec.materialize_grads)
         single = isinstance(outputs, Tensor)
-        flat_out, ctx.ff_out_layout = _flatten((outputs,) if single else outputs)
+        if single or not op.list_outputs:
+            flat_out, ctx.ff_out_layout = ((outputs,) if single else outputs), None
+        else:
+            flat_out, ctx.ff_out_layout = _flatten(outputs)
         out_layout.append(ctx.ff_out_layout)  # for Op.__call__, which rebuilds the structure
+        non_differentiable = spec.non_differentiable
         frozen = [
             t
             for i, t in enumerate(flat_out)
-            if isinstance(t, Tensor) and (i in spec.non_differentiable or not t.is_floating_point())
+            if isinstance(t, Tensor) and (i in non_differentiable or not t.is_floating_point())
         ]
         if frozen:
             ctx.mark_non_differentiable(*frozen)
@@ -223,15 +237,24 @@ class _EagerAutograd(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *flat_grads):
-        grads = _unflatten(flat_grads, ctx.ff_out_layout)
-        needs = iter(ctx.needs_input_grad[3:])
-        ctx.ff_needs_input_grad = tuple(
-            False if slot is None else next(needs) if slot < 0 else [next(needs) for _ in range(slot)]
-            for slot in ctx.ff_slots
-        )
+        layout = ctx.ff_out_layout
+        grads = flat_grads if layout is None else _unflatten(flat_grads, layout)
+        needs, slots = iter(ctx.needs_input_grad[3:]), ctx.ff_slots
+        if ctx.ff_lists:
+            ctx.ff_needs_input_grad = tuple(
+                False if slot is None else next(needs) if slot < 0
+                else [next(needs) for _ in range(slot)]
+                for slot in slots
+            )
+        else:  # the same without the list case, in a list display (cheaper than a generator)
+            ctx.ff_needs_input_grad = tuple([False if slot is None else next(needs)
+                                             for slot in slots])
         input_grads = ctx.ff_spec.backward(ctx, *grads)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
+        if not ctx.ff_lists:
+            flat = [grad for grad, slot in zip(input_grads, slots, strict=True) if slot is not None]
+            return (None, None, None, *flat)
         flat = []
         for grad, slot in zip(input_grads, ctx.ff_slots, strict=True):
             if slot is None:
@@ -281,6 +304,13 @@ def _with_typing_annotations(impl: Callable) -> Callable:
     return typed
 
 
+def _may_be_list(schema_type) -> bool:
+    """Whether an argument or output of this schema type may be a list (``Tensor[]``, ``float[]?``);
+    conservative: only non-lists skip the eager path's list handling."""
+    spelled = str(schema_type)
+    return "List" in spelled or "[]" in spelled
+
+
 class Op:
     """A registered fieldfuse op: ``Op(*args)`` runs it on the fastest path that is correct."""
 
@@ -294,11 +324,16 @@ class Op:
         )
         self.custom_op.register_fake(spec.fake)
         self.differentiable = spec.backward is not None
+        # Facts of the schema the eager path would otherwise find out on every call: whether any
+        # argument or output may be a list (of tensors), which the eager path must splice.
+        schema = self.custom_op._opoverload._schema
+        self.list_args = any(_may_be_list(a.type) for a in schema.arguments)
+        self.list_outputs = any(_may_be_list(r.type) for r in schema.returns)
         if self.differentiable:
             self.custom_op.register_autograd(spec.backward, setup_context=spec.setup_context)
 
     def __call__(self, *args):
-        tensors, slots = _tensor_slots(args)
+        tensors, slots = _tensor_slots(args, self.list_args)
         if _through_library(tensors):
             return self.custom_op(*args)
         wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
@@ -308,8 +343,10 @@ class Op:
             # The library path raises torch's own error for an op without a gradient formula.
             return self.custom_op(*args)
         box = [args]  # _EagerAutograd.forward takes the arguments and leaves the output layout
-        outputs = _EagerAutograd.apply(self.spec, box, slots, *tensors)
+        outputs = _EagerAutograd.apply(self, box, slots, *tensors)
         if isinstance(outputs, Tensor):
+            return outputs
+        if box[0] is None:
             return outputs
         return tuple(_unflatten(outputs, box[0]))
 

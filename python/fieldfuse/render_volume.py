@@ -86,6 +86,7 @@ class _Gradients(NamedTuple):
 # Columns of the ray state (kRayStateFields in src/render/render_drivers.h).
 _RAY_STATE_FIELDS = 4
 _NUM_INPUTS = len(_Inputs._fields)
+_NO_FLAG_GRADIENTS = (None,) * len(_Wanted._fields)  # the forward's bool arguments
 
 
 class _Variant(NamedTuple):
@@ -97,14 +98,13 @@ class _Variant(NamedTuple):
 
     def inputs(self, args) -> _Inputs:
         """The first inputs of an op call as _Inputs (delta_ts None for the alpha variant)."""
-        args = tuple(args)
         if self.alpha_input:
-            args = args[:2] + (None,) + args[2 : _NUM_INPUTS - 1]
-        return _Inputs(*args[:_NUM_INPUTS])
+            return _Inputs(args[0], args[1], None, args[2], args[3], args[4], args[5], args[6])
+        return _Inputs._make(args[:_NUM_INPUTS])
 
     def op_inputs(self, x: _Inputs) -> tuple:
         """_Inputs as the op takes them."""
-        return tuple(x[:2]) + (() if self.alpha_input else (x.delta_ts,)) + tuple(x[3:])
+        return (x[:2] + x[3:]) if self.alpha_input else tuple(x)
 
     def c_inputs(self, x: _Inputs) -> tuple:
         """_Inputs as the binding takes them (DLPack capsules, None for absent tensors). Written
@@ -118,13 +118,14 @@ class _Variant(NamedTuple):
 
     def gradients(self, op_grads) -> _Gradients:
         """The backward op's outputs (or gradient flags) as _Gradients (delta_ts None for alpha)."""
-        op_grads = tuple(op_grads)
-        return _Gradients(*(op_grads[:2] + (None,) + op_grads[2:] if self.alpha_input
-                            else op_grads))
+        if self.alpha_input:
+            g = op_grads
+            return _Gradients(g[0], g[1], None, g[2], g[3], g[4])
+        return _Gradients._make(op_grads)
 
     def op_gradients(self, g: _Gradients) -> tuple:
         """_Gradients as the backward op returns them."""
-        return tuple(g[:2]) + (() if self.alpha_input else (g.delta_ts,)) + tuple(g[3:])
+        return (g[:2] + g[3:]) if self.alpha_input else tuple(g)
 
     @property
     def num_op_inputs(self) -> int:
@@ -136,46 +137,44 @@ def _capsule(t):
 
 
 def _forward_outputs(x: _Inputs, wanted: _Wanted, absent) -> _Outputs:
-    """The forward's outputs, uninitialised; ``absent(first)`` for those not wanted."""
-    r, n = num_rays(x.offsets), leading_size(x.first, 1)
-    c = x.rgbs.shape[1] if x.rgbs.dim() == 2 else 1
+    """The forward's outputs, uninitialised; ``absent(first)`` for those not wanted. Written out
+    (no helper per output): the eager path runs this on every forward."""
     first = x.first
-
-    def maybe(want, shape, dtype=None):
-        return first.new_empty(shape, dtype=dtype or first.dtype) if want else absent(first)
-
+    r, n = num_rays(x.offsets), leading_size(first, 1)
+    rgbs = x.rgbs
+    c = rgbs.shape[1] if rgbs.dim() == 2 else 1
     return _Outputs(
-        rgb=first.new_empty((r, c)),
-        opacity=first.new_empty((r,)),
-        depth=maybe(wanted.depth, (r,)),
-        weights=maybe(wanted.weights, (n,)),
-        total_samples=maybe(wanted.total_samples, (r,), torch.int64),
-        transmittance=maybe(wanted.transmittance, (r,)),
-        ray_state=maybe(wanted.ray_state, (r, _RAY_STATE_FIELDS), torch.float64),
+        first.new_empty((r, c)),
+        first.new_empty((r,)),
+        first.new_empty((r,)) if wanted.depth else absent(first),
+        first.new_empty((n,)) if wanted.weights else absent(first),
+        first.new_empty((r,), dtype=torch.int64) if wanted.total_samples else absent(first),
+        first.new_empty((r,)) if wanted.transmittance else absent(first),
+        first.new_empty((r, _RAY_STATE_FIELDS), dtype=torch.float64) if wanted.ray_state
+        else absent(first),
     )
 
 
 def _gradients(x: _Inputs, wanted: _Gradients, absent) -> _Gradients:
     """The backward's outputs, uninitialised; ``absent(first)`` for those not wanted."""
     first = x.first
-
-    def like(want, t):
-        return torch.empty_like(t) if want and t is not None else absent(first)
-
     background = absent(first)
     if wanted.background and x.background is not None:
         # Per-ray background gradients, in float32 for 16-bit inputs: a shared background sums
         # them, and that sum must round once, not once per ray.
         r, c = num_rays(x.offsets), x.rgbs.shape[1]
         background = first.new_empty((r, c), dtype=reduced_dtype(first.dtype))
-    return _Gradients(like(wanted.first, first), like(wanted.rgbs, x.rgbs),
-                      like(wanted.delta_ts, x.delta_ts), like(wanted.ts, x.ts), background,
-                      like(wanted.prefix_transmittance, x.prefix_transmittance))
-
-
-def _differentiable(x: _Inputs) -> _Gradients:
-    """The inputs _Gradients is about, in its order."""
-    return _Gradients(x.first, x.rgbs, x.delta_ts, x.ts, x.background, x.prefix_transmittance)
+    # Written out (no helper per gradient): the eager path runs this on every backward.
+    delta_ts, ts, prefix = x.delta_ts, x.ts, x.prefix_transmittance
+    return _Gradients(
+        torch.empty_like(first) if wanted.first else absent(first),
+        torch.empty_like(x.rgbs) if wanted.rgbs else absent(first),
+        torch.empty_like(delta_ts) if wanted.delta_ts and delta_ts is not None else absent(first),
+        torch.empty_like(ts) if wanted.ts and ts is not None else absent(first),
+        background,
+        torch.empty_like(prefix) if wanted.prefix_transmittance and prefix is not None
+        else absent(first),
+    )
 
 
 def _table(v: _Variant) -> list[_registry.OpSpec]:
@@ -190,15 +189,23 @@ def _table(v: _Variant) -> list[_registry.OpSpec]:
     grad_flags = [f"grad_{v.first}", "grad_rgbs"] + ([] if v.alpha_input else ["grad_delta_ts"])
     grad_flags += ["grad_ts", "grad_background", "grad_prefix_transmittance"]
     k = v.num_op_inputs
+    no_input_gradients = (None,) * (k + len(_Wanted._fields))
+    backward_op = f"{v.name}_backward"  # in _ops, which exists once the tables are registered
 
     def split_forward(args):
-        return v.inputs(args), _Wanted(*args[k:])
+        return v.inputs(args), _Wanted._make(args[k:])
 
     def forward(absent, *args):
         x, wanted = split_forward(args)
         out = _forward_outputs(x, wanted, absent)
-        computed = [dl(o) if want else None for o, want in zip(out[2:], wanted)]
-        c_forward(*v.c_inputs(x), dl(out.rgb), dl(out.opacity), *computed, stream_of(x.first))
+        rgb, opacity, depth, weights, total_samples, transmittance, ray_state = out
+        c_forward(*v.c_inputs(x), dl(rgb), dl(opacity),
+                  dl(depth) if wanted.depth else None,
+                  dl(weights) if wanted.weights else None,
+                  dl(total_samples) if wanted.total_samples else None,
+                  dl(transmittance) if wanted.transmittance else None,
+                  dl(ray_state) if wanted.ray_state else None,
+                  stream_of(x.first))
         return out
 
     def split_backward(args):
@@ -213,49 +220,71 @@ def _table(v: _Variant) -> list[_registry.OpSpec]:
     def backward(absent, *args):
         x, upstream, wanted = split_backward(args)
         grads = _gradients(x, wanted, absent)
-        # Only the gradients asked for reach the binding (a placeholder is not one).
-        computed = [dl(g) if want and t is not None else None
-                    for g, want, t in zip(v.op_gradients(grads), v.op_gradients(wanted),
-                                          v.op_gradients(_differentiable(x)))]
-        c_backward(*v.c_inputs(x), *map(_capsule, upstream), *computed, stream_of(x.first))
+        # Only the gradients asked for reach the binding (a placeholder is not one). Written out:
+        # this runs on every eager backward.
+        g_first, g_rgbs, g_delta_ts, g_ts, g_background, g_prefix = grads
+        computed = (
+            dl(g_first) if wanted.first else None,
+            dl(g_rgbs) if wanted.rgbs else None,
+            dl(g_delta_ts) if wanted.delta_ts and x.delta_ts is not None else None,
+            dl(g_ts) if wanted.ts and x.ts is not None else None,
+            dl(g_background) if wanted.background and x.background is not None else None,
+            dl(g_prefix) if wanted.prefix_transmittance and x.prefix_transmittance is not None
+            else None,
+        )
+        grad_rgb, grad_opacity, grad_depth, grad_weights, grad_transmittance, state = upstream
+        c_backward(*v.c_inputs(x), dl(grad_rgb), _capsule(grad_opacity), _capsule(grad_depth),
+                   _capsule(grad_weights), _capsule(grad_transmittance), _capsule(state),
+                   *v.op_gradients(computed), stream_of(x.first))
         return v.op_gradients(grads)
 
     def setup_context(ctx, inputs, output):
-        x, wanted = split_forward(inputs)
-        out = _Outputs(*output)
-        ctx.transmittance_thresh, ctx.wanted = x.transmittance_thresh, wanted
-        state = out.ray_state if wanted.ray_state else None
-        ctx.save_for_backward(x.first, x.rgbs, x.delta_ts, x.ts, x.offsets, x.background,
-                              x.prefix_transmittance, state)
+        # Indexes the op's arguments directly (no _Inputs/_Wanted): runs on every eager forward.
+        # inputs: first, rgbs, [delta_ts], ts, offsets, transmittance_thresh, background,
+        # prefix_transmittance, then the _Wanted flags; ray_state is the last flag and output.
+        wanted = _Wanted._make(inputs[k:])
+        ctx.transmittance_thresh, ctx.wanted = inputs[k - 3], wanted
+        state = output[6] if wanted.ray_state else None
+        delta_ts = None if v.alpha_input else inputs[2]
+        ctx.save_for_backward(inputs[0], inputs[1], delta_ts, inputs[k - 5], inputs[k - 4],
+                              inputs[k - 2], inputs[k - 1], state)
 
     def gradient(ctx, grad_rgb, grad_opacity, grad_depth, grad_weights, _grad_total_samples,
                  grad_transmittance, _grad_ray_state):
         first, rgbs, delta_ts, ts, offsets, background, prefix, state = ctx.saved_tensors
-        x = _Inputs(first, rgbs, delta_ts, ts, offsets, ctx.transmittance_thresh, background,
-                    prefix)
-        needs = v.inputs(_registry.needs_input_grad(ctx))
-        wanted = _Gradients(*(bool(n) for n in _differentiable(needs)))
-        none = (None,) * (k + len(_Wanted._fields))
-        if not any(wanted):
-            return none
+        # The flags straight from needs_input_grad in op order (as the backward op takes them):
+        # this runs on every eager backward, so no _Inputs/_Gradients round trip.
+        needs = _registry.needs_input_grad(ctx)
+        if v.alpha_input:
+            flags = (bool(needs[0]), bool(needs[1]), bool(needs[2]), bool(needs[5]),
+                     bool(needs[6]))
+        else:
+            flags = (bool(needs[0]), bool(needs[1]), bool(needs[2]), bool(needs[3]),
+                     bool(needs[6]), bool(needs[7]))
+        if not any(flags):
+            return no_input_gradients
         if grad_rgb is None:
             grad_rgb = rgbs.new_zeros((offsets.shape[0] - 1, rgbs.shape[1]))
         # Gradients of outputs that were not computed (None, or 0-element placeholders) are unused.
         w = ctx.wanted
-        upstream = (grad_rgb, grad_opacity, grad_depth if w.depth else None,
-                    grad_weights if w.weights else None,
-                    grad_transmittance if w.transmittance else None, state)
-        grads = v.gradients(_registry.call_in_backward(
-            ctx, _ops[f"{v.name}_backward"], *v.op_inputs(x), *upstream, *v.op_gradients(wanted)))
-        g = _Gradients(*(gi if want else None for gi, want in zip(grads, wanted, strict=True)))
-        g_background = g.background
+        inputs = (first, rgbs, ts, offsets, ctx.transmittance_thresh, background, prefix) \
+            if v.alpha_input else \
+            (first, rgbs, delta_ts, ts, offsets, ctx.transmittance_thresh, background, prefix)
+        grads = _registry.call_in_backward(
+            ctx, _ops[backward_op], *inputs, grad_rgb, grad_opacity,
+            grad_depth if w.depth else None, grad_weights if w.weights else None,
+            grad_transmittance if w.transmittance else None, state, *flags)
+        # One gradient per differentiable input in op order; None where not asked for (the
+        # library path returns 0-element placeholders there).
+        grads = [g if want else None for g, want in zip(grads, flags, strict=True)]
+        g_background = grads[-2]
         if g_background is not None:
             if background.dim() == 1:
                 g_background = g_background.sum(0)  # a shared background: the rays' gradients
             g_background = g_background.to(background.dtype)
-        by_input = _Inputs(g.first, g.rgbs, g.delta_ts, g.ts, None, None, g_background,
-                           g.prefix_transmittance)
-        return v.op_inputs(by_input) + (None,) * len(_Wanted._fields)
+        # By input: the gradients of the tensors before offsets, none for offsets and the
+        # threshold, then background and prefix_transmittance; none for the flags.
+        return (*grads[:-2], None, None, g_background, grads[-1], *_NO_FLAG_GRADIENTS)
 
     flags_schema = ", ".join(f"bool {f}" for f in _Wanted._fields)
     upstream_schema = ("Tensor grad_rgb, Tensor? grad_opacity, Tensor? grad_depth, "
@@ -292,32 +321,58 @@ _VOLUME_RENDER_ALPHA = _Variant("volume_render_alpha", "alphas", alpha_input=Tru
 _ops = _registry.register(_table(_VOLUME_RENDER) + _table(_VOLUME_RENDER_ALPHA))
 
 
-def _render(v: _Variant, x: _Inputs, depth, weights, total_samples, transmittance, validate):
-    # Allocating the outputs reads the shapes, dtype and device of these, and the eager path
-    # requires_grad of every tensor; the binding takes tensors only where its entry has them.
+def _check_tensors(v: _Variant, x: _Inputs) -> None:
+    """TypeError naming the first argument, in signature order, that is not a tensor (the optional
+    ones may be None)."""
     required = {"first", "rgbs", "offsets"} | (set() if v.alpha_input else {"delta_ts"})
     for name, t in zip(_Inputs._fields, x, strict=True):
         if name != "transmittance_thresh" and (name in required or t is not None):
             check_tensor(v.name, v.first if name == "first" else name, t)
-    x = x._replace(transmittance_thresh=real_number(v.name, "transmittance_thresh",
-                                                    x.transmittance_thresh))
+
+
+def _render(v: _Variant, op: _registry.Op, x: _Inputs, depth, weights, total_samples,
+            transmittance, validate):
+    # Allocating the outputs reads the shapes, dtype and device of these, and the eager path
+    # requires_grad of every tensor; the binding takes tensors only where its entry has them.
+    # The common case is one straight-line test (this runs on every call); _check_tensors finds
+    # the culprit otherwise.
+    first, rgbs, delta_ts, ts, offsets, transmittance_thresh, background, prefix = x
+    if not isinstance(first, Tensor) \
+            or not isinstance(rgbs, Tensor) or not isinstance(offsets, Tensor) \
+            or not (isinstance(delta_ts, Tensor) or (v.alpha_input and delta_ts is None)) \
+            or not (ts is None or isinstance(ts, Tensor)) \
+            or not (background is None or isinstance(background, Tensor)) \
+            or not (prefix is None or isinstance(prefix, Tensor)):
+        _check_tensors(v, x)
+    transmittance_thresh = real_number(v.name, "transmittance_thresh", transmittance_thresh)
     if validate:
-        samples = x.first.shape[0] if x.first.dim() == 1 else None
-        check_device_offsets(v.name, x.offsets, samples)
+        samples = first.shape[0] if first.dim() == 1 else None
+        check_device_offsets(v.name, offsets, samples)
     # A forward that autograd will differentiate also writes the ray state; the results are the
     # same either way.
-    differentiable = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in _differentiable(x))
-    wanted = _Wanted(depth=bool(depth) and x.ts is not None,  # depth needs the sample depths
-                     weights=bool(weights), total_samples=bool(total_samples),
-                     transmittance=bool(transmittance), ray_state=differentiable)
-    out = _Outputs(*_ops[f"{v.name}_forward"](*v.op_inputs(x), *wanted))
+    differentiable = torch.is_grad_enabled() and (
+        first.requires_grad or rgbs.requires_grad
+        or (delta_ts is not None and delta_ts.requires_grad)
+        or (ts is not None and ts.requires_grad)
+        or (background is not None and background.requires_grad)
+        or (prefix is not None and prefix.requires_grad))
+    want_depth = bool(depth) and ts is not None  # depth needs the sample depths
+    weights, total_samples, transmittance = bool(weights), bool(total_samples), bool(transmittance)
+    # The forward op's arguments and outputs in schema order (_Inputs, _Wanted, _Outputs), written
+    # out: building and splitting those tuples cost more host time than this whole function.
+    if v.alpha_input:
+        out = op(first, rgbs, ts, offsets, transmittance_thresh, background, prefix,
+                 want_depth, weights, total_samples, transmittance, differentiable)
+    else:
+        out = op(first, rgbs, delta_ts, ts, offsets, transmittance_thresh, background, prefix,
+                 want_depth, weights, total_samples, transmittance, differentiable)
+    # The library path returns 0-element placeholders for outputs not asked for: None here.
     return RenderOutput(
-        out.rgb, out.opacity,
-        depth=out.depth if wanted.depth else None,
-        weights=out.weights if wanted.weights else None,
-        total_samples=out.total_samples if wanted.total_samples else None,
-        transmittance=out.transmittance if wanted.transmittance else None,
+        out[0], out[1],
+        out[2] if want_depth else None,
+        out[3] if weights else None,
+        out[4] if total_samples else None,
+        out[5] if transmittance else None,
     )
 
 
@@ -365,7 +420,8 @@ def volume_render(
     """
     x = _Inputs(sigmas, rgbs, delta_ts, ts, offsets, transmittance_thresh, background,
                 prefix_transmittance)
-    return _render(_VOLUME_RENDER, x, depth, weights, total_samples, transmittance, validate)
+    return _render(_VOLUME_RENDER, _ops["volume_render_forward"], x, depth, weights,
+                   total_samples, transmittance, validate)
 
 
 def volume_render_alpha(
@@ -390,4 +446,5 @@ def volume_render_alpha(
     """
     x = _Inputs(alphas, rgbs, None, ts, offsets, transmittance_thresh, background,
                 prefix_transmittance)
-    return _render(_VOLUME_RENDER_ALPHA, x, depth, weights, total_samples, transmittance, validate)
+    return _render(_VOLUME_RENDER_ALPHA, _ops["volume_render_alpha_forward"], x, depth, weights,
+                   total_samples, transmittance, validate)
