@@ -458,7 +458,9 @@ Mat sample_rows(const char* op, const char* arg, const TensorRef& t, const RayBo
              std::to_string(s) + (inner ? ", 3]" : "]") +
              " (padded: S = ceil(2√3/ds) + 1), but got shape " + t.shape_str());
   }
-  if (t.strides[0] != s * t.strides[1]) {
+  // One ray (or none) has no ray stride to speak of: DLPack exporters may report any value for a
+  // dimension of size 0 or 1 (torch 2.4 reports 1).
+  if (a.num_rays > 1 && t.strides[0] != s * t.strides[1]) {
     fail(ErrorKind::Value, op,
          std::string("expected ") + arg +
              "'s ray and sample dims to be contiguous with each other "

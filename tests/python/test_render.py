@@ -1136,6 +1136,20 @@ def test_ray_box_gradcheck(device, rng):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_ray_box_padded_single_ray(device):
+    # One ray: DLPack may report any stride for the size-1 ray dim (torch 2.4 reports 1), so the
+    # padded layout's stride check must not read it.
+    origins = torch.tensor([[0.1, -0.2, -3.0]], dtype=F64, device=device)
+    directions = torch.tensor([[0.0, 0.0, 1.0]], dtype=F64, device=device)
+    points_p, deltas_p, valid = fieldfuse.ray_box_samples_padded(origins, directions, 0.1)
+    points, deltas, offsets = fieldfuse.ray_box_samples(origins, directions, 0.1)
+    n = int(offsets[-1])
+    assert n > 0 and valid[0, :n].all() and not valid[0, n:].any()
+    torch.testing.assert_close(points_p[0, :n], points, rtol=0, atol=0)
+    torch.testing.assert_close(deltas_p[0, :n], deltas, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_ray_box_no_rays(device):
     empty = torch.zeros(0, 3, dtype=F64, device=device, requires_grad=True)
     points, deltas, offsets = fieldfuse.ray_box_samples(empty, empty, 0.1)
