@@ -28,3 +28,18 @@ def device_param(device: str):
 
 DEVICES = [device_param("cpu"), device_param("cuda")]
 FLOAT_DTYPES = [pytest.param(F32, id="float32"), pytest.param(F64, id="float64")]
+
+
+def capture_cuda_graph(step):
+    """Captures `step()` in a CUDA graph after two warm-up calls on a side stream (capture
+    requires it); returns the graph and what the captured call returned (its static outputs)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    return graph, captured

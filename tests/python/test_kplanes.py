@@ -23,7 +23,7 @@ from torch.testing import assert_close
 
 import fieldfuse
 from fieldfuse.reference import kplanes as ref
-from device_params import CUDA_MARKS, DEVICES, FLOAT_DTYPES, cuda_only
+from device_params import CUDA_MARKS, DEVICES, FLOAT_DTYPES, capture_cuda_graph, cuda_only
 
 F32, F64 = torch.float32, torch.float64
 EPS32 = torch.finfo(torch.float32).eps
@@ -1116,15 +1116,7 @@ def test_cuda_graph_capture_matches_eager(deterministic, rng, tolerances):
         out = fn(*static)
         return (out, *torch.autograd.grad(out, static, static_g))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture_cuda_graph(step)
 
     fresh = _inputs(config, rng, "cuda", F32)
     with torch.no_grad():

@@ -18,7 +18,7 @@ from torch.testing import assert_close
 import fieldfuse
 from fieldfuse import _C
 from fieldfuse._backend import dl
-from device_params import DEVICES, FLOAT_DTYPES, cuda_only
+from device_params import DEVICES, FLOAT_DTYPES, capture_cuda_graph, cuda_only
 
 F32, F64 = torch.float32, torch.float64
 TILTS = 2
@@ -265,15 +265,7 @@ def test_cuda_graph_capture_of_an_nchw_step(deterministic, rng):
         loss = loss + fieldfuse.plane_tv(levels, TILTS)
         return (loss, *torch.autograd.grad(loss, static))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture_cuda_graph(step)
     fresh = [pts * 0.9, tap_pts * 0.8, rot, *[p * 1.1 for p in planes]]
     with torch.no_grad():
         for s, f in zip(static, fresh, strict=True):

@@ -12,6 +12,7 @@ import torch
 from torch.testing import assert_close
 
 import fieldfuse
+from device_params import capture_cuda_graph
 from fieldfuse.reference import tv as ref
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -436,16 +437,7 @@ def test_cuda_graph_capture_matches_eager(info, rng):
         (grad,) = torch.autograd.grad(out, static_x, static_g)
         return out, grad
 
-    # Warm up on a side stream, as capture requires, then capture forward + backward.
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out, static_grad = step()
+    graph, (static_out, static_grad) = capture_cuda_graph(step)
 
     fresh = _randn(static_x.shape, rng, "cuda", torch.float32)
     with torch.no_grad():
