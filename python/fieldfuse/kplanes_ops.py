@@ -197,8 +197,9 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
                 g if g is not None else torch.zeros_like(o, dtype=_grad_dtype(grad_outputs))
                 for g, o in zip(grad_outputs, outputs, strict=True)
             ]
-        result = _ops[f"{fn.name}_backward"](*grad_outputs, *geometry, planes, *ctx.h, ctx.gates,
-                                             wants, ctx.deterministic)
+        result = _registry.call_in_backward(ctx, _ops[f"{fn.name}_backward"], *grad_outputs,
+                                            *geometry, planes, *ctx.h, ctx.gates, wants,
+                                            ctx.deterministic)
         grads = [g if w else None for g, w in zip(result[:n_geo], wants)]
         return (*grads, result[n_geo] if wants[-1] else [None] * len(planes)) + options
 
@@ -282,7 +283,9 @@ def _setup_plane_tv(ctx, inputs, output):
 
 def _plane_tv_grad(ctx, grad_out):
     planes = list(ctx.saved_tensors)
-    return _ops["plane_tv_backward"](planes, ctx.num_tilts, ctx.norm, grad_out), None, None
+    grads = _registry.call_in_backward(ctx, _ops["plane_tv_backward"], planes, ctx.num_tilts,
+                                       ctx.norm, grad_out)
+    return grads, None, None
 
 
 # Note [op table]: every K-Planes op, registered once (custom op, fake, autograd, eager fast path).

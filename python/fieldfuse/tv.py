@@ -74,7 +74,8 @@ def _functional(name: str, arg: str, options: str, num_outputs: int = 1, workspa
 
     def gradient(ctx, grad_out):
         (x,) = ctx.saved_tensors
-        return (_ops[f"{name}_backward"](x, *ctx.options, grad_out),) + (None,) * len(ctx.options)
+        grad = _registry.call_in_backward(ctx, _ops[f"{name}_backward"], x, *ctx.options, grad_out)
+        return (grad,) + (None,) * len(ctx.options)
 
     return [
         _registry.OpSpec(

@@ -41,6 +41,10 @@ struct LevelTable {
   /// vector atomic, for `accumulate_vector`) per corner and 4 channels.
   bool read_vector[kMaxLevelsPerLaunch] = {};
   bool accumulate_vector[kMaxLevelsPerLaunch] = {};
+  /// The level's feature columns of the outputs (forward) or of the upstream gradients
+  /// (backward) are whole, aligned 4-channel pieces: one vector store or load per 4 channels.
+  /// Scalar stores of 4 bytes made the L2 see each 32-byte sector of a feature row four times.
+  bool features_vector[kMaxLevelsPerLaunch] = {};
 };
 
 /// Points, tap points and rotations: everything about a slot except the planes.
@@ -97,6 +101,25 @@ __device__ FF_FORCE_INLINE void load4(const __nv_bfloat16* p, float (&v)[4]) {
   v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
 }
 
+__device__ FF_FORCE_INLINE void store4(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ FF_FORCE_INLINE void store4(double* p, const double (&v)[4]) {
+  reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
+  reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
+}
+__device__ FF_FORCE_INLINE void store4(__half* p, const float (&v)[4]) {
+  const __half2 a = __floats2half2_rn(v[0], v[1]), b = __floats2half2_rn(v[2], v[3]);
+  *reinterpret_cast<uint2*>(p) =
+      make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
+}
+__device__ FF_FORCE_INLINE void store4(__nv_bfloat16* p, const float (&v)[4]) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(v[2], v[3]);
+  *reinterpret_cast<uint2*>(p) =
+      make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
+}
+
 /// In-plane offset of cell (y, x) in 32 bits: the front guarantees every plane spans < 2^31
 /// elements (Note [lanes]), which halves the index arithmetic of the hot loops.
 __device__ FF_FORCE_INLINE int32_t cell_offset(const PlaneView& v, int64_t y, int64_t x) {
@@ -115,13 +138,15 @@ __device__ FF_FORCE_INLINE void corner_offsets(const PlaneView& v, const Bilinea
 }
 
 /// The corners of kLanes channels starting at c0 on the three planes of tilt t:
-/// corners[j][p] for channel c0 + j (channels past C are left at 0 and never stored).
+/// corners[j][p] for channel c0 + j (channels past C are left at 0 and never stored). Plane
+/// `skip` (if any) is not read and its corners are left unset.
 template <class S, class T>
 __device__ FF_FORCE_INLINE void load_chunk(const S* plane, const PlaneView& v, bool vector, int t,
                                            int64_t c0, const BilinearTap<T> (&taps)[3],
-                                           Corners<T> (&corners)[kLanes][3]) {
+                                           Corners<T> (&corners)[kLanes][3], int skip = -1) {
 #pragma unroll
   for (int p = 0; p < 3; ++p) {
+    if (p == skip) continue;
     const S* base = plane + (3 * t + p) * v.stride_k + c0 * v.stride_c;
     int32_t at[4];
     corner_offsets(v, taps[p], at);
@@ -142,6 +167,31 @@ __device__ FF_FORCE_INLINE void load_chunk(const S* plane, const PlaneView& v, b
         }
       }
     }
+  }
+}
+
+/// `a` if `first` else `b`, chosen field by field: a choice between two kernel parameters by
+/// reference would copy both to local memory to take the address of one.
+__device__ FF_FORCE_INLINE MatrixView pick(bool first, const MatrixView& a, const MatrixView& b) {
+  return {first ? a.data : b.data, first ? a.stride_tap : b.stride_tap,
+          first ? a.stride_row : b.stride_row, first ? a.stride_col : b.stride_col};
+}
+
+/// The upstream gradient of channels c0 .. c0 + 3 of a level (0 past the last channel): one
+/// vector load when the level's columns are whole aligned pieces (LevelTable::features_vector).
+template <class T, class G>
+__device__ FF_FORCE_INLINE void upstream_chunk(const MatrixView& m, int64_t tap, int64_t row,
+                                               int64_t first_col, int64_t c0, int64_t channels,
+                                               bool vector, T (&g)[kLanes]) {
+  if (vector) {
+    const G* p =
+        static_cast<const G*>(m.data) + tap * m.stride_tap + row * m.stride_row + first_col + c0;
+    load4(p, g);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kLanes; ++j) {
+    g[j] = c0 + j < channels ? matrix_at<T, G>(m, tap, row, first_col + c0 + j) : T(0);
   }
 }
 
@@ -192,6 +242,28 @@ inline int lanes_log2(const Problem& pb) {
 
 inline int64_t slot_blocks(const Problem& pb) {
   return cuda::ceil_div(pb.num_slots() << lanes_log2(pb), kThreads);
+}
+
+/// Whether 4-channel pieces of a [.., F] feature matrix starting at column `column` (a multiple
+/// of 4 when `channels` is) are whole and aligned, for elements of `element_bytes`.
+inline bool aligned_feature_chunks(const MatrixView& m, bool has_taps, int64_t channels,
+                                   int64_t column, std::size_t element_bytes) {
+  if (m.data == nullptr) return true;  // not read or written by this call
+  const auto multiple = [](int64_t n) { return n % 4 == 0; };
+  return channels % 4 == 0 && multiple(column) && m.stride_col == 1 && multiple(m.stride_row) &&
+         (!has_taps || multiple(m.stride_tap)) &&
+         reinterpret_cast<std::uintptr_t>(m.data) % (4 * element_bytes) == 0;
+}
+
+/// Sets `table.features_vector` for feature matrices `a` and `b` (either may be unused: null).
+inline void mark_feature_chunks(LevelTable& table, const MatrixView& a, const MatrixView& b,
+                                std::size_t element_bytes) {
+  for (int i = 0; i < table.count; ++i) {
+    const Level& level = table.levels[i];
+    table.features_vector[i] =
+        aligned_feature_chunks(a, false, level.view.channels, level.column, element_bytes) &&
+        aligned_feature_chunks(b, true, level.view.channels, level.column, element_bytes);
+  }
 }
 
 template <class S>
@@ -290,6 +362,7 @@ class Carver {
 struct GatherBuffers {
   uint32_t *keys = nullptr, *sorted_keys = nullptr, *entries = nullptr, *sorted_entries = nullptr;
   uint32_t* run_start = nullptr;
+  void* fractions = nullptr;     // [entries, 2] compute type: (tx, ty) on the entry's own plane
   void* run_partials = nullptr;  // [4, keys, C] compute type
   void* sort_scratch = nullptr;
   std::size_t sort_scratch_bytes = 0;

@@ -79,17 +79,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         for (int64_t c0 = group.lane * kLanes; c0 < v.channels; c0 += stride) {
           Corners<T> corners[kLanes][3];
           load_chunk(plane, v, table.read_vector[l], t, c0, taps, corners);
+          T g[kLanes];
+          upstream_chunk<T, G>(pick(slot.is_tap_point, grad_tap_features, grad_features),
+                               slot.is_tap_point ? tap : 0, slot.row, first_col, c0, v.channels,
+                               table.features_vector[l], g);
           T d_sample[kLanes][3];
 #pragma unroll
           for (int j = 0; j < kLanes; ++j) {
-            const bool live = c0 + j < v.channels;
-            const T g =
-                live ? (slot.is_tap_point
-                            ? matrix_at<T, G>(grad_tap_features, tap, slot.row, first_col + c0 + j)
-                            : matrix_at<T, G>(grad_features, 0, slot.row, first_col + c0 + j)) *
-                           gate
-                     : T(0);
-            channel_backward(taps, corners[j], g, d_sample[j], d_index_x, d_index_y);
+            channel_backward(taps, corners[j], g[j] * gate, d_sample[j], d_index_x, d_index_y);
           }
           if constexpr (kScatter) {
             A* grad = static_cast<A*>(level.grad);
@@ -289,6 +286,7 @@ void launch_backward_kernels(const BackwardArgs& a, const Problem& target,
           plan.scatter &&
           aligned_channels_last<accumulator_t<S>>(table.levels[i].grad_view, table.levels[i].grad);
     }
+    mark_feature_chunks(table, a.grad_features, a.grad_tap_features, sizeof(G));
     T* points = plan.wants_points
                     ? static_cast<T*>(buf.point_partials) + group * pb.num_tilts * plan.slots * 3
                     : nullptr;

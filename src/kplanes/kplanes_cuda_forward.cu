@@ -42,10 +42,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       for (int64_t c0 = group.lane * kLanes; c0 < v.channels; c0 += stride) {
         Corners<T> corners[kLanes][3];
         load_chunk(plane, v, table.read_vector[l], t, c0, taps, corners);
+        if (table.features_vector[l]) {
+          T f[kLanes];
 #pragma unroll
-        for (int j = 0; j < kLanes; ++j) {
-          if (c0 + j < v.channels) {
-            out[c0 + j] = static_cast<O>(channel_feature(taps, corners[j]) * gate);
+          for (int j = 0; j < kLanes; ++j) f[j] = channel_feature(taps, corners[j]) * gate;
+          store4(out + c0, f);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kLanes; ++j) {
+            if (c0 + j < v.channels) {
+              out[c0 + j] = static_cast<O>(channel_feature(taps, corners[j]) * gate);
+            }
           }
         }
       }
@@ -68,7 +75,12 @@ void forward_cuda(const Problem& pb, const ForwardOutputs& out, Stream stream_ha
     using O = typename decltype(out_tag)::type;
     constexpr Variant V = decltype(variant)::value;
     for (int64_t group = 0; group < level_groups(pb); ++group) {
-      const LevelTable table = level_table<S>(pb, group);
+      LevelTable table = level_table<S>(pb, group);
+      // The outputs are contiguous [B, F] and [4, N, F].
+      MatrixView features{out.features, 0, pb.num_features, 1};
+      MatrixView tap_features{out.tap_features, pb.tap_pts.rows * pb.num_features, pb.num_features,
+                              1};
+      mark_feature_chunks(table, features, tap_features, sizeof(O));
       forward_kernel<V, S, O><<<grid, kThreads, 0, stream>>>(
           geo, table, static_cast<O*>(out.features), static_cast<O*>(out.tap_features),
           pb.num_slots(), pb.num_features, lanes_log2(pb));
