@@ -568,18 +568,75 @@ def fieldfuse_regularisers(model: torch.nn.Module, taps: torch.Tensor, sc: StepC
     return model.volume_tv(taps, sc.tv_weight) + sc.plane_tv_weight * model.plane_tv()
 
 
+def make_optimizer(model: torch.nn.Module, sc: StepConfig,
+                   capturable: bool = False) -> torch.optim.Optimizer:
+    """Adam for every path; on CUDA its fused kernel (one launch for all parameters), which any
+    user timing a step would pick, and which spares the eager paths a dozen foreach launches."""
+    cuda = next(model.parameters()).is_cuda
+    return torch.optim.Adam(model.parameters(), lr=sc.lr, fused=cuda or None,
+                            capturable=capturable)
+
+
+def loss_function(model: torch.nn.Module, densities: Callable, regularisers: Callable,
+                  sc: StepConfig) -> Callable:
+    """MSE to the target + volume TV on the taps + plane TV, as a function of the batch's tensors
+    (what torch.compile compiles: the loss and, through AOTAutograd, its backward)."""
+
+    def loss_of(pts: torch.Tensor, target: torch.Tensor, tap_pts: torch.Tensor) -> torch.Tensor:
+        density, taps = densities(model, Batch(pts, target, tap_pts))
+        return F.mse_loss(density, target) + regularisers(model, taps, sc)
+    return loss_of
+
+
 def train_step(model: torch.nn.Module, densities: Callable, regularisers: Callable,
-               sc: StepConfig) -> Callable:
-    """MSE to the target + volume TV on the taps + plane TV, backward, one Adam step."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=sc.lr)
+               sc: StepConfig, compiled: bool = False) -> Callable:
+    """One step: the loss (eager, or torch.compile'd with fullgraph), backward, one Adam step."""
+    optimizer = make_optimizer(model, sc)
+    loss_of = loss_function(model, densities, regularisers, sc)
+    if compiled:
+        torch._dynamo.reset()
+        loss_of = torch.compile(loss_of, fullgraph=True, dynamic=False)
 
     def step(batch: Batch) -> torch.Tensor:
-        density, taps = densities(model, batch)
-        loss = F.mse_loss(density, batch.target) + regularisers(model, taps, sc)
+        loss = loss_of(batch.pts, batch.target, batch.tap_pts)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         return loss.detach()
+    return step
+
+
+def graphed_train_step(model: torch.nn.Module, densities: Callable, regularisers: Callable,
+                       sc: StepConfig, example: Batch) -> Callable:
+    """The eager step captured whole (loss, backward, Adam) in one CUDA graph: the device time of
+    a step, without the host. Each call copies the batch into the graph's inputs and replays."""
+    optimizer = make_optimizer(model, sc, capturable=True)
+    loss_of = loss_function(model, densities, regularisers, sc)
+    static = Batch(example.pts.clone(), example.target.clone(), example.tap_pts.clone())
+
+    def body() -> torch.Tensor:
+        loss = loss_of(static.pts, static.target, static.tap_pts)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = body()
+
+    def step(batch: Batch) -> torch.Tensor:
+        static.pts.copy_(batch.pts)
+        static.target.copy_(batch.target)
+        static.tap_pts.copy_(batch.tap_pts)
+        graph.replay()
+        return static_loss
     return step
 
 
@@ -607,16 +664,34 @@ def run_full_step(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(SEED)
     batches = make_batches(sc, args.device)
     make, field_name = field_factory(sc, args.device)
-    paths = (
-        ("plain PyTorch (reference chain, two calls; NCHW)",
+    cuda = args.device.type == "cuda"
+
+    def fused(channels_last: bool, compiled: bool = False) -> Callable:
+        return train_step(make(channels_last, False), fused_densities, fieldfuse_regularisers, sc,
+                          compiled)
+
+    paths = [
+        ("plain PyTorch, eager (reference chain, two calls; NCHW)",
          lambda: train_step(make(False, False), plain_densities, plain_regularisers, sc)),
-        ("fieldfuse unfused (two calls)",
+        ("fieldfuse fused (forward_with_tv_taps), eager, channels-last", lambda: fused(True)),
+        ("fieldfuse fused, eager, NCHW", lambda: fused(False)),
+        ("fieldfuse unfused (two calls), eager, channels-last",
          lambda: train_step(make(True, False), unfused_densities, fieldfuse_regularisers, sc)),
-        ("fieldfuse fused (forward_with_tv_taps)",
-         lambda: train_step(make(True, False), fused_densities, fieldfuse_regularisers, sc)),
-        ("fieldfuse fused, deterministic",
+        ("fieldfuse fused, deterministic, eager, channels-last",
          lambda: train_step(make(True, True), fused_densities, fieldfuse_regularisers, sc)),
-    )
+    ]
+    if args.compile:
+        paths[1:1] = [("plain PyTorch, torch.compile (NCHW)",
+                       lambda: train_step(make(False, False), plain_densities, plain_regularisers,
+                                          sc, compiled=True))]
+        paths += [("fieldfuse fused, torch.compile, channels-last", lambda: fused(True, True)),
+                  ("fieldfuse fused, torch.compile, NCHW", lambda: fused(False, True))]
+    if cuda:
+        paths += [(f"fieldfuse fused, one CUDA graph (device time; first loss after its 3 "
+                   f"warm-up steps), {name}",
+                   lambda cl=cl: graphed_train_step(make(cl, False), fused_densities,
+                                                    fieldfuse_regularisers, sc, batches[0]))
+                  for name, cl in (("channels-last", True), ("NCHW", False))]
     results = [measure_step(name, make_path, batches, args) for name, make_path in paths]
     plain_ms = median(results[0])
     for result in results:
@@ -714,7 +789,7 @@ def step_table(step: dict[str, Any]) -> str:
                      tm.fmt(result.get("first_loss"), ".6g")])
     return (f"### Full training step ({step['config']}; {step['taps']} tap points, "
             f"h = {step['h']:.4g}; loss = MSE + {step['tv_weight']:g}·volume TV + "
-            f"{step['plane_tv_weight']:g}·plane TV; Adam, lr {step['lr']:g})\n\n"
+            f"{step['plane_tv_weight']:g}·plane TV; Adam, lr {step['lr']:g}, fused on CUDA)\n\n"
             f"Field: {step['field']}; every path starts from the same parameters.\n\n"
             + tm.markdown_table(STEP_HEADERS, body))
 
@@ -758,6 +833,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="only the NCHW vs channels-last table (no baselines, no step)")
     parser.add_argument("--no-step", dest="step", action="store_false",
                         help="skip the full training-step table")
+    parser.add_argument("--step-only", action="store_true",
+                        help="only the full training-step table")
     args = tm.parse_bench_args(parser, argv)
     args.compile_configs = DEFAULT_COMPILE_CONFIGS + (("production",) if args.compile_production
                                                       else ())
@@ -773,7 +850,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(SEED)
     env = tm.fieldfuse_environment(args.device)
     rows, zero_fills, layout_rows = [], [], []
-    for cfg in args.configs:
+    for cfg in () if args.step_only else args.configs:
         compiled = None if args.layout_only else compiled_baselines(cfg, args)
         for dtype in args.dtypes:
             if not args.layout_only:
@@ -785,7 +862,7 @@ def main(argv: list[str] | None = None) -> None:
     step = run_full_step(args) if args.step and not args.layout_only else None
     elapsed_s = time.perf_counter() - began
     tables = []
-    if not args.layout_only:
+    if not args.layout_only and not args.step_only:
         tables.append(kernel_table(rows, args.configs))
         if args.device.type == "cuda" and not args.quick:
             tables.append(target_table(rows, args.configs))
@@ -794,7 +871,8 @@ def main(argv: list[str] | None = None) -> None:
         tables.append(zero_fill_table(zero_fills))
     if step:
         tables.append(step_table(step))
-    tables.append(layouts.layout_table(layout_rows))
+    if not args.step_only:
+        tables.append(layouts.layout_table(layout_rows))
     notes = error_notes(rows, zero_fills, step) + layouts.layout_errors(layout_rows)
     markdown = "\n\n".join([summary(env, elapsed_s), *tables])
     options = {"compile": args.compile, "compile_configs": list(args.compile_configs),
