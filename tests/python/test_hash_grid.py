@@ -10,6 +10,10 @@ forward values and params gradients are continuous there and are checked on the 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -251,6 +255,32 @@ def test_cpu_repeatable_and_not_accumulating(rng):
     first = torch.autograd.grad(fieldfuse.hash_grid(x, params, **cfg), (x, params), g)
     second = torch.autograd.grad(fieldfuse.hash_grid(x, params, **cfg), (x, params), g)
     for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+_THREADS_SCRIPT = """
+import sys, torch, fieldfuse
+torch.manual_seed(0)
+cfg = dict(n_levels=4, n_features_per_level=2, log2_hashmap_size=8, base_resolution=4)
+x = torch.rand(20000, 3, requires_grad=True)
+params = torch.randn(fieldfuse.hash_grid_num_params(3, **cfg), 2, requires_grad=True)
+y = fieldfuse.hash_grid(x, params, **cfg)
+gx, gp = torch.autograd.grad(y.square().sum(), (x, params), create_graph=True)
+second = torch.autograd.grad(gx.square().sum(), (x, params))
+torch.save([y, gx, gp, *second], sys.argv[1])
+"""
+
+
+def test_cpu_results_independent_of_thread_count(tmp_path):
+    # Note [CPU hash-grid determinism]: the same bits with 1 and 2 OpenMP threads (the thread
+    # count is fixed when the runtime starts, hence the subprocesses).
+    results = []
+    for threads in (1, 2):
+        path = tmp_path / f"threads{threads}.pt"
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, str(path)], env=env, check=True)
+        results.append(torch.load(path))
+    for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
 
 
