@@ -54,6 +54,64 @@ __device__ __forceinline__ T load(const MatrixView& m, int64_t row, int64_t col)
       to_compute(static_cast<const S*>(m.data)[row * m.stride_row + col * m.stride_col]));
 }
 
+/// One table row of F elements as a single (vector) load: 16 bytes at most per access.
+template <class S, int F>
+constexpr std::size_t row_alignment() {
+  return sizeof(S) * F >= 16 ? 16 : sizeof(S) * F;
+}
+template <class S, int F>
+struct alignas(row_alignment<S, F>()) Row {
+  S v[F];
+};
+
+/// Row `row` of a [rows, F] matrix into `out` (compute type): one vector load when `packed` (rows
+/// contiguous and aligned, see packed_rows), else element by element through the strides.
+template <class T, class S, int F>
+__device__ __forceinline__ void load_row(const MatrixView& m, int64_t row, bool packed,
+                                         T (&out)[F]) {
+  if (packed) {
+    const Row<S, F> r = static_cast<const Row<S, F>*>(m.data)[row];
+#pragma unroll
+    for (int f = 0; f < F; ++f) out[f] = static_cast<T>(to_compute(r.v[f]));
+  } else {
+#pragma unroll
+    for (int f = 0; f < F; ++f) out[f] = load<T, S>(m, row, f);
+  }
+}
+
+/// Adds `v` to the F contiguous elements at `dst`. On sm_90 float rows use the vector atomics
+/// (one float2/float4 atomic instead of 2/4) when `vector` (dst 16-byte aligned).
+template <class T, int F>
+__device__ __forceinline__ void atomic_add_row(T* dst, const T (&v)[F], bool vector) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (std::is_same<T, float>::value && F % 4 == 0) {
+    if (vector) {
+#pragma unroll
+      for (int f = 0; f < F; f += 4) {
+        atomicAdd(reinterpret_cast<float4*>(dst + f),
+                  make_float4(v[f], v[f + 1], v[f + 2], v[f + 3]));
+      }
+      return;
+    }
+  } else if constexpr (std::is_same<T, float>::value && F == 2) {
+    if (vector) {
+      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v[0], v[1]));
+      return;
+    }
+  }
+#endif
+  (void)vector;
+#pragma unroll
+  for (int f = 0; f < F; ++f) atomicAdd(dst + f, v[f]);
+}
+
+/// Launch-time facts about the memory the kernels touch (Note [hash-grid launch]).
+struct Access {
+  bool params_packed = false;   ///< params rows loadable as one vector
+  bool seed_packed = false;     ///< likewise grad_grad_params
+  bool vector_atomics = false;  ///< the params-gradient buffer is 16-byte aligned
+};
+
 /// This thread's point and level; false past the batch.
 struct Work {
   int64_t b;
@@ -78,7 +136,7 @@ __device__ __forceinline__ bool point_axes(const Problem& pb, int64_t b, const L
 
 template <class T, class S, int D, int F>
 __global__ void __launch_bounds__(kThreads)
-    forward_kernel(const __grid_constant__ Problem pb, T* __restrict__ out) {
+    forward_kernel(const __grid_constant__ Problem pb, Access access, T* __restrict__ out) {
   const Work w = work_item();
   if (w.b >= pb.batch) return;
   const LevelInfo& level = pb.level[w.l];
@@ -93,9 +151,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int c = 0; c < (1 << D); ++c) {
     const Corner<T, D> k = corner<Order::kValue, T, D>(axes, c, level);
-    const int64_t row = level.offset + k.row;
+    T p[F];
+    load_row<T, S, F>(pb.params, level.offset + k.row, access.params_packed, p);
 #pragma unroll
-    for (int f = 0; f < F; ++f) acc[f] += k.w * load<T, S>(pb.params, row, f);
+    for (int f = 0; f < F; ++f) acc[f] += k.w * p[f];
   }
 #pragma unroll
   for (int f = 0; f < F; ++f) y[f] = acc[f];
@@ -104,8 +163,8 @@ __global__ void __launch_bounds__(kThreads)
 /// `grad_params` is T (params of the compute type) or the float32 accumulator (float16 params).
 template <class T, class S, int D, int F>
 __global__ void __launch_bounds__(kThreads)
-    backward_kernel(const __grid_constant__ Problem pb, MatrixView grad_out, T* __restrict__ grad_x,
-                    T* __restrict__ grad_params) {
+    backward_kernel(const __grid_constant__ Problem pb, Access access, MatrixView grad_out,
+                    T* __restrict__ grad_x, T* __restrict__ grad_params) {
   const Work w = work_item();
   if (w.b >= pb.batch) return;
   const LevelInfo& level = pb.level[w.l];
@@ -126,13 +185,17 @@ __global__ void __launch_bounds__(kThreads)
     const Corner<T, D> k = corner<Order::kGradient, T, D>(axes, c, level);
     const int64_t row = level.offset + k.row;
     if (grad_params != nullptr) {
+      T add[F];
 #pragma unroll
-      for (int f = 0; f < F; ++f) atomicAdd(grad_params + row * F + f, k.w * g[f]);
+      for (int f = 0; f < F; ++f) add[f] = k.w * g[f];
+      atomic_add_row<T, F>(grad_params + row * F, add, access.vector_atomics);
     }
     if (grad_x != nullptr) {
+      T p[F];
+      load_row<T, S, F>(pb.params, row, access.params_packed, p);
       T dot = T(0);
 #pragma unroll
-      for (int f = 0; f < F; ++f) dot += load<T, S>(pb.params, row, f) * g[f];
+      for (int f = 0; f < F; ++f) dot += p[f] * g[f];
 #pragma unroll
       for (int i = 0; i < D; ++i) gx[i] += k.dw[i] * dot;
     }
@@ -145,7 +208,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, class S, int D, int F>
 __global__ void __launch_bounds__(kThreads)
-    double_backward_kernel(const __grid_constant__ Problem pb, MatrixView grad_out,
+    double_backward_kernel(const __grid_constant__ Problem pb, Access access, MatrixView grad_out,
                            MatrixView grad_grad_x, MatrixView grad_grad_params,
                            T* __restrict__ grad_grad_out, T* __restrict__ grad_x,
                            T* __restrict__ grad_params) {
@@ -180,15 +243,19 @@ __global__ void __launch_bounds__(kThreads)
     T vdw = T(0);  // Σ_i v_i ∂_i W
 #pragma unroll
     for (int i = 0; i < D; ++i) vdw += v[i] * k.dw[i];
+    T p[F], u[F] = {}, add[F];
+    load_row<T, S, F>(pb.params, row, access.params_packed, p);
+    if (has_u) load_row<T, S, F>(grad_grad_params, row, access.seed_packed, u);
     T g_u = T(0), g_p = T(0);  // Σ_f g_f u[row, f], Σ_f g_f params[row, f]
 #pragma unroll
     for (int f = 0; f < F; ++f) {
-      const T u = has_u ? load<T, S>(grad_grad_params, row, f) : T(0);
-      const T p = load<T, S>(pb.params, row, f);
-      acc[f] += k.w * u + vdw * p;
-      g_u += g[f] * u;
-      g_p += g[f] * p;
-      if (grad_params != nullptr && has_v) atomicAdd(grad_params + row * F + f, vdw * g[f]);
+      acc[f] += k.w * u[f] + vdw * p[f];
+      g_u += g[f] * u[f];
+      g_p += g[f] * p[f];
+      add[f] = vdw * g[f];
+    }
+    if (grad_params != nullptr && has_v) {
+      atomic_add_row<T, F>(grad_params + row * F, add, access.vector_atomics);
     }
 #pragma unroll
     for (int j = 0; j < D; ++j) {
@@ -237,6 +304,24 @@ void dispatch(const Problem& pb, Fn&& fn) {
   };
   if (pb.param_dtype == DType::Float16) return with_dims(TypeTag<float>{}, TypeTag<__half>{});
   detail::dispatch_float_types(pb.op, pb.dtype, [&](auto tag) { with_dims(tag, tag); });
+}
+
+/// Whether a [rows, F] matrix of S can be read one row per vector load: rows contiguous, data
+/// aligned to the row's vector size.
+template <class S, int F>
+bool packed_rows(const MatrixView& m) {
+  const auto address = reinterpret_cast<std::uintptr_t>(m.data);
+  return m.data != nullptr && m.stride_col == 1 && m.stride_row == F &&
+         address % row_alignment<S, F>() == 0;
+}
+
+template <class S, int F>
+Access access_of(const Problem& pb, const MatrixView& seed, const void* grad_params) {
+  Access a;
+  a.params_packed = packed_rows<S, F>(pb.params);
+  a.seed_packed = packed_rows<S, F>(seed);
+  a.vector_atomics = reinterpret_cast<std::uintptr_t>(grad_params) % 16 == 0;
+  return a;
 }
 
 dim3 grid_of(const Problem& pb) {
@@ -294,8 +379,9 @@ void forward_cuda(const Problem& pb, void* out, Stream stream_handle) {
   dispatch(pb, [&](auto t_tag, auto s_tag, auto dims, auto features) {
     using T = typename decltype(t_tag)::type;
     using S = typename decltype(s_tag)::type;
-    forward_kernel<T, S, decltype(dims)::value, decltype(features)::value>
-        <<<grid_of(pb), kThreads, 0, stream>>>(pb, static_cast<T*>(out));
+    constexpr int F = decltype(features)::value;
+    forward_kernel<T, S, decltype(dims)::value, F><<<grid_of(pb), kThreads, 0, stream>>>(
+        pb, access_of<S, F>(pb, {}, nullptr), static_cast<T*>(out));
     cuda::check_launch(pb.op, "forward_kernel", stream);
   });
 }
@@ -331,8 +417,9 @@ void backward_cuda(const GradArgs& a) {
     using T = typename decltype(t_tag)::type;
     using S = typename decltype(s_tag)::type;
     if (grad_x == nullptr && grad_params == nullptr) return;
-    backward_kernel<T, S, decltype(dims)::value, decltype(features)::value>
-        <<<grid_of(pb), kThreads, 0, stream>>>(pb, a.grad_out, grad_x, grad_params);
+    constexpr int F = decltype(features)::value;
+    backward_kernel<T, S, decltype(dims)::value, F><<<grid_of(pb), kThreads, 0, stream>>>(
+        pb, access_of<S, F>(pb, {}, grad_params), a.grad_out, grad_x, grad_params);
     cuda::check_launch(pb.op, "backward_kernel", stream);
   });
 }
@@ -343,10 +430,10 @@ void double_backward_cuda(const GradArgs& a) {
                        auto* grad_params, cudaStream_t stream) {
     using T = typename decltype(t_tag)::type;
     using S = typename decltype(s_tag)::type;
-    double_backward_kernel<T, S, decltype(dims)::value, decltype(features)::value>
-        <<<grid_of(pb), kThreads, 0, stream>>>(pb, a.grad_out, a.grad_grad_x, a.grad_grad_params,
-                                               static_cast<T*>(a.grad_grad_out), grad_x,
-                                               grad_params);
+    constexpr int F = decltype(features)::value;
+    double_backward_kernel<T, S, decltype(dims)::value, F><<<grid_of(pb), kThreads, 0, stream>>>(
+        pb, access_of<S, F>(pb, a.grad_grad_params, grad_params), a.grad_out, a.grad_grad_x,
+        a.grad_grad_params, static_cast<T*>(a.grad_grad_out), grad_x, grad_params);
     cuda::check_launch(pb.op, "double_backward_kernel", stream);
   });
 }
