@@ -42,9 +42,9 @@
 //   sizes are fixed for a CUDA graph. The library never allocates.
 // - all work is enqueued on `stream` for CUDA tensors (no host synchronisation; CUDA graphs can
 //   capture it); CPU calls run to completion with OpenMP.
-// - errors start with the public name: `hash_grid(): ` (forward and hash_grid_num_params's
-//   config checks are reported by the call that made them), `hash_grid_backward(): `,
-//   `hash_grid_double_backward(): `, `hash_grid_num_params(): `.
+// - errors start with the public name of the call: `hash_grid(): ` from hash_grid_forward,
+//   `hash_grid_backward(): ` and `hash_grid_double_backward(): ` from those entries and their
+//   workspace queries, `hash_grid_num_params(): ` from hash_grid_num_params.
 #pragma once
 
 #include <cstddef>
