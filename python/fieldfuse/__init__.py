@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch  # noqa: F401  (import order, see above)
 
 from . import _C, nn, reference
+from .hash_grid import hash_grid, hash_grid_num_params
 from .kplanes_ops import (
     kplanes,
     kplanes_tilted,
@@ -35,6 +36,8 @@ __version__ = _C.build_info()["version"]
 
 __all__ = [
     "build_info",
+    "hash_grid",
+    "hash_grid_num_params",
     "kplanes",
     "kplanes_tilted",
     "kplanes_tilted_taps",

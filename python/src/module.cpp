@@ -9,6 +9,7 @@
 namespace nb = nanobind;
 
 namespace fieldfuse::python {
+void bind_hash_grid(nb::module_& m);
 void bind_kplanes(nb::module_& m);
 void bind_render(nb::module_& m);
 void bind_tv(nb::module_& m);
@@ -52,6 +53,7 @@ NB_MODULE(_C, m) {
   });
   m.def("cuda_device_count", &fieldfuse::cuda_device_count);
 
+  fieldfuse::python::bind_hash_grid(m);
   fieldfuse::python::bind_kplanes(m);
   fieldfuse::python::bind_render(m);
   fieldfuse::python::bind_tv(m);

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """`nn.Module`s over the fused fieldfuse ops: they hold parameters; the math lives in the ops.
 
+- :class:`HashGrid`: the multiresolution hash-grid encoding (tiny-cuda-nn's table layout).
 - :class:`KPlanesTilted`: tilted multiscale K-Planes density field with learnable rotations.
 - :class:`KPlanes`: the axis-aligned variant.
 - :func:`volume_tv_from_taps`: the volume-TV loss from the four finite-difference taps.
@@ -10,12 +11,14 @@
 
 from __future__ import annotations
 
+from .hash_grid import HashGrid
 from .kplanes import EXP_INPUT_MAX, KPlanes, KPlanesTilted
 from .losses import volume_tv_from_taps
 from .rotations import default_rotations, nearest_rotation, quaternion_to_rotation
 
 __all__ = [
     "EXP_INPUT_MAX",
+    "HashGrid",
     "KPlanes",
     "KPlanesTilted",
     "default_rotations",
