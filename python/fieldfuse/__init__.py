@@ -19,6 +19,7 @@ from .kplanes_ops import (
     kplanes_tilted_with_taps,
     plane_tv,
 )
+from .mlp import mlp
 from .render import (
     RenderOutput,
     line_integral,
@@ -39,6 +40,7 @@ __all__ = [
     "kplanes_tilted",
     "kplanes_tilted_taps",
     "kplanes_tilted_with_taps",
+    "mlp",
     "nn",
     "plane_tv",
     "RenderOutput",

@@ -10,6 +10,7 @@ namespace nb = nanobind;
 
 namespace fieldfuse::python {
 void bind_kplanes(nb::module_& m);
+void bind_mlp(nb::module_& m);
 void bind_render(nb::module_& m);
 void bind_tv(nb::module_& m);
 }
@@ -53,6 +54,7 @@ NB_MODULE(_C, m) {
   m.def("cuda_device_count", &fieldfuse::cuda_device_count);
 
   fieldfuse::python::bind_kplanes(m);
+  fieldfuse::python::bind_mlp(m);
   fieldfuse::python::bind_render(m);
   fieldfuse::python::bind_tv(m);
 }

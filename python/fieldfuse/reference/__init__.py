@@ -5,6 +5,6 @@ They import nothing from the compiled extension, so they work without it; use th
 check a kernel or to prototype on a machine without a fieldfuse build.
 """
 
-from . import kplanes, render, tv
+from . import kplanes, mlp, render, tv
 
-__all__ = ["kplanes", "render", "tv"]
+__all__ = ["kplanes", "mlp", "render", "tv"]

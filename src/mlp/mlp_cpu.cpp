@@ -1,0 +1,479 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU driver of the MLP: OpenMP over fixed row chunks, each swept tile by tile through every layer
+// with the tile's activations in cache; parameter gradients reduced per chunk, then over chunks in
+// a fixed order (Note [mlp CPU chunks]).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "mlp/mlp_drivers.h"
+
+namespace fieldfuse::detail::mlp {
+namespace {
+
+// Note [mlp CPU chunks]
+// Rows are split into at most kMaxChunks chunks whose size depends only on the batch and the
+// network (never on the thread count); each chunk owns a slice of the workspace (its tile scratch
+// and, in the backward entries, its parameter-gradient partials), and a chunk walks its rows in
+// tiles of kTileRows, running all layers on one tile before the next, so the tile's activations
+// stay in L1/L2. Parameter gradients are summed over a chunk's rows in row order, then over chunks
+// in chunk order, so results are the same bits for any number of threads. The chunk count is also
+// capped so the partials of wide networks stay within kPartialBudget bytes.
+//
+// Every product is written in "axpy" form (the innermost loop runs along a contiguous output row
+// and adds a scalar times a contiguous parameter row), so the compiler vectorises it without
+// reassociating sums: each output element is accumulated in a fixed order. The packed weights
+// (W as [out, in] and Wᵀ as [in, out], contiguous, in the workspace) make every such row
+// contiguous whatever the strides of the caller's weights.
+constexpr int64_t kTileRows = 32;
+constexpr int64_t kMaxChunks = 32;
+constexpr std::size_t kPartialBudget = std::size_t{64} << 20;
+
+std::size_t align_up(std::size_t bytes) {
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+int64_t param_count(const Problem& p) {
+  int64_t n = 0;
+  for (int k = 0; k < p.num_layers; ++k) n += p.layers[k].out * (p.layers[k].in + 1);
+  return n;
+}
+
+int64_t width_sum(const Problem& p, bool inputs) {
+  int64_t n = 0;
+  for (int k = 0; k < p.num_layers; ++k) n += inputs ? p.layers[k].in : p.layers[k].out;
+  return n;
+}
+
+int64_t max_width(const Problem& p) {
+  int64_t w = 0;
+  for (int k = 0; k < p.num_layers; ++k) w = std::max({w, p.layers[k].in, p.layers[k].out});
+  return w;
+}
+
+enum class Entry { Forward, Backward, DoubleBackward };
+
+/// Elements of one tile's scratch: per layer its input h_k, and the per-output arrays the entry
+/// keeps (backward: σ′; double backward: σ′, δ, s), plus two ping-pong rows of the widest layer.
+int64_t tile_elements(const Problem& p, Entry entry) {
+  const int64_t per_out = entry == Entry::Forward ? 0 : entry == Entry::Backward ? 1 : 3;
+  const int64_t per_in = entry == Entry::DoubleBackward ? 2 : 1;
+  return kTileRows * (per_in * (width_sum(p, true) + p.out_features()) +
+                      per_out * width_sum(p, false) + 2 * max_width(p));
+}
+
+/// How the rows and the workspace are divided (Note [mlp CPU chunks]).
+struct Plan {
+  int64_t chunks = 1, chunk_rows = kTileRows;
+  int64_t params = 0, tile = 0;  ///< elements per chunk: partials, tile scratch
+  std::size_t weights_bytes = 0, chunk_bytes = 0;
+
+  Plan(const Problem& p, Entry entry, std::size_t element) {
+    params = entry == Entry::Forward ? 0 : param_count(p);
+    tile = tile_elements(p, entry);
+    const int64_t tiles = std::max<int64_t>(1, (p.batch + kTileRows - 1) / kTileRows);
+    int64_t cap = kMaxChunks;
+    if (params > 0) {
+      cap = std::min<int64_t>(
+          cap, std::max<int64_t>(1, static_cast<int64_t>(kPartialBudget / (params * element))));
+    }
+    chunks = std::min(tiles, cap);
+    chunk_rows = (tiles + chunks - 1) / chunks * kTileRows;
+    weights_bytes = align_up(2 * param_count(p) * element);
+    chunk_bytes = align_up((params + tile) * element);
+  }
+  std::size_t bytes() const { return weights_bytes + chunks * chunk_bytes; }
+};
+
+/// The packed parameters of layer k in the workspace: W [out, in], Wᵀ [in, out], b [out] (zeros
+/// when the layer has no bias).
+template <class T>
+struct Packed {
+  const T* w;
+  const T* wt;
+  const T* b;
+};
+
+template <class T>
+std::vector<Packed<T>> pack_weights(const Problem& p, T* dst) {
+  std::vector<Packed<T>> packed(static_cast<std::size_t>(p.num_layers));
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& l = p.layers[k];
+    const T* src = static_cast<const T*>(l.weight);
+    T* w = dst;
+    T* wt = w + l.out * l.in;
+    T* b = wt + l.out * l.in;
+    for (int64_t o = 0; o < l.out; ++o) {
+      for (int64_t i = 0; i < l.in; ++i) {
+        const T v = src[o * l.weight_stride_out + i * l.weight_stride_in];
+        w[o * l.in + i] = v;
+        wt[i * l.out + o] = v;
+      }
+      b[o] = l.bias != nullptr ? static_cast<const T*>(l.bias)[o * l.bias_stride] : T(0);
+    }
+    packed[static_cast<std::size_t>(k)] = {w, wt, b};
+    dst = b + l.out;
+  }
+  return packed;
+}
+
+// --- the three products, each over `rows` rows of a tile -----------------------------------
+
+/// P[r, :] = b + Σ_i A[r, i]·Wᵀ[i, :]   (P = A Wᵀ + b; b null: no bias)
+template <class T>
+void affine(int64_t rows, int64_t in, int64_t out, const T* __restrict__ a,
+            const T* __restrict__ wt, const T* __restrict__ b, T* __restrict__ p) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* __restrict__ pr = p + r * out;
+    for (int64_t o = 0; o < out; ++o) pr[o] = b != nullptr ? b[o] : T(0);
+    for (int64_t i = 0; i < in; ++i) {
+      const T ai = a[r * in + i];
+      const T* __restrict__ wi = wt + i * out;
+      for (int64_t o = 0; o < out; ++o) pr[o] += ai * wi[o];
+    }
+  }
+}
+
+/// G[r, :] = Σ_o D[r, o]·W[o, :]   (G = D W)
+template <class T>
+void transpose_product(int64_t rows, int64_t in, int64_t out, const T* __restrict__ d,
+                       const T* __restrict__ w, T* __restrict__ g) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* __restrict__ gr = g + r * in;
+    for (int64_t i = 0; i < in; ++i) gr[i] = T(0);
+    for (int64_t o = 0; o < out; ++o) {
+      const T dro = d[r * out + o];
+      const T* __restrict__ wo = w + o * in;
+      for (int64_t i = 0; i < in; ++i) gr[i] += dro * wo[i];
+    }
+  }
+}
+
+/// dW[o, :] += Σ_r D[r, o]·A[r, :] and db[o] += Σ_r D[r, o], rows in order.
+template <class T>
+void outer_accumulate(int64_t rows, int64_t in, int64_t out, const T* __restrict__ d,
+                      const T* __restrict__ a, T* __restrict__ dw, T* __restrict__ db) {
+  for (int64_t o = 0; o < out; ++o) {
+    T* __restrict__ dwo = dw + o * in;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T dro = d[r * out + o];
+      const T* __restrict__ ar = a + r * in;
+      for (int64_t i = 0; i < in; ++i) dwo[i] += dro * ar[i];
+    }
+    if (db != nullptr) {
+      T sum = db[o];
+      for (int64_t r = 0; r < rows; ++r) sum += d[r * out + o];
+      db[o] = sum;
+    }
+  }
+}
+
+/// A strided [B, cols] input's rows [row0, row0 + rows) into a contiguous tile.
+template <class T>
+void load_rows(const MatrixView& m, int64_t row0, int64_t rows, int64_t cols, T* dst) {
+  const T* src = static_cast<const T*>(m.data);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      dst[r * cols + c] = src[(row0 + r) * m.stride_row + c * m.stride_col];
+}
+
+template <class T>
+void store_rows(const T* src, int64_t row0, int64_t rows, int64_t cols, void* out) {
+  if (out == nullptr) return;
+  std::memcpy(static_cast<T*>(out) + row0 * cols, src, sizeof(T) * rows * cols);
+}
+
+/// One tile's scratch, carved from the chunk's slice: h[k] = layer k's input (h[L] = output),
+/// d1[k] = σ′(p_k), delta[k] = δ_k, s[k] = the curvature source, t[k] = the tangent entering layer
+/// k, and two rows of the widest layer.
+template <class T>
+struct Tile {
+  std::vector<T*> h, d1, delta, s, t;
+  T *ping, *pong;
+
+  Tile(const Problem& p, Entry entry, T* scratch) {
+    const auto L = static_cast<std::size_t>(p.num_layers);
+    h.resize(L + 1);
+    d1.assign(L, nullptr);
+    delta.assign(L, nullptr);
+    s.assign(L, nullptr);
+    t.assign(L + 1, nullptr);
+    for (std::size_t k = 0; k <= L; ++k) {
+      const int64_t width = k < L ? p.layers[k].in : p.out_features();
+      h[k] = take(scratch, width);
+      if (entry == Entry::DoubleBackward) t[k] = take(scratch, width);
+      if (k == L || entry == Entry::Forward) continue;
+      d1[k] = take(scratch, p.layers[k].out);
+      if (entry == Entry::DoubleBackward) {
+        delta[k] = take(scratch, p.layers[k].out);
+        s[k] = take(scratch, p.layers[k].out);
+      }
+    }
+    ping = take(scratch, max_width(p));
+    pong = take(scratch, max_width(p));
+  }
+  static T* take(T*& scratch, int64_t width) {
+    T* out = scratch;
+    scratch += kTileRows * width;
+    return out;
+  }
+};
+
+/// The forward sweep over one tile: h[k+1] = σ_k(h[k] Wᵀ + b), with σ′ kept in d1 where present
+/// and σ″ in s (double backward) where present. h[0] must hold the tile's x.
+template <class T>
+void forward_tile(const Problem& p, const std::vector<Packed<T>>& w, Tile<T>& tile, int64_t rows) {
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& l = p.layers[k];
+    const auto ku = static_cast<std::size_t>(k);
+    T* pre = tile.h[ku + 1];  // the pre-activation is formed in place of the layer's output
+    affine(rows, l.in, l.out, tile.h[ku], w[ku].wt, w[ku].b, pre);
+    T* d1 = tile.d1[ku];
+    T* d2 = tile.s[ku];
+    const int64_t n = rows * l.out;
+    visit_activation<T>(p.activation_of(k), p.params, [&](auto act) {
+      if (d2 != nullptr) {
+        for (int64_t e = 0; e < n; ++e) {
+          const Derivs<T> v = act.all(pre[e]);
+          pre[e] = v.value, d1[e] = v.d1, d2[e] = v.d2;
+        }
+      } else if (d1 != nullptr) {
+        for (int64_t e = 0; e < n; ++e) {
+          d1[e] = act.d1(pre[e]);
+          pre[e] = act.value(pre[e]);
+        }
+      } else {
+        for (int64_t e = 0; e < n; ++e) pre[e] = act.value(pre[e]);
+      }
+    });
+  }
+}
+
+/// A chunk's parameter-gradient partials, laid out per layer as dW [out, in] then db [out].
+template <class T>
+struct Partials {
+  std::vector<T*> dw, db;
+  Partials(const Problem& p, T* base, int64_t params) {
+    std::fill(base, base + params, T(0));
+    for (int k = 0; k < p.num_layers; ++k) {
+      dw.push_back(base);
+      base += p.layers[k].out * p.layers[k].in;
+      db.push_back(base);
+      base += p.layers[k].out;
+    }
+  }
+};
+
+/// Sums the chunks' partials in chunk order into the layers' gradient outputs.
+template <class T>
+void reduce_partials(const Problem& p, const Plan& plan, const char* base) {
+  int64_t offset = 0;
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& l = p.layers[k];
+    const int64_t nw = l.out * l.in;
+    void* outputs[2] = {l.grad_weight, l.grad_bias};
+    const int64_t counts[2] = {nw, l.out};
+    for (int part = 0; part < 2; ++part) {
+      T* out = static_cast<T*>(outputs[part]);
+      if (out != nullptr) {
+        parallel_for(0, counts[part], plan.chunks, [&](int64_t e) {
+          T sum = T(0);
+          for (int64_t c = 0; c < plan.chunks; ++c) {
+            sum += reinterpret_cast<const T*>(base + c * plan.chunk_bytes)[offset + e];
+          }
+          out[e] = sum;
+        });
+      }
+      offset += counts[part];
+    }
+  }
+}
+
+/// Runs `tile_fn(tile, partials, row0, rows)` over every tile of every chunk, in parallel over
+/// chunks; then reduces the partials (backward entries).
+template <class T, class TileFn>
+void run_chunks(const Problem& p, Entry entry, void* workspace, const TileFn& tile_fn) {
+  const Plan plan(p, entry, sizeof(T));
+  const std::vector<Packed<T>> w = pack_weights(p, static_cast<T*>(workspace));
+  char* chunk_base = static_cast<char*>(workspace) + plan.weights_bytes;
+  const int64_t work = plan.chunk_rows * (plan.params + plan.tile);
+  parallel_for(0, plan.chunks, work, [&](int64_t c) {
+    T* slice = reinterpret_cast<T*>(chunk_base + c * plan.chunk_bytes);
+    Partials<T> partials(p, slice, plan.params);
+    Tile<T> tile(p, entry, slice + plan.params);
+    const int64_t end = std::min(p.batch, (c + 1) * plan.chunk_rows);
+    for (int64_t row0 = c * plan.chunk_rows; row0 < end; row0 += kTileRows) {
+      tile_fn(w, tile, partials, row0, std::min(kTileRows, end - row0));
+    }
+  });
+  if (entry != Entry::Forward) reduce_partials<T>(p, plan, chunk_base);
+}
+
+template <class T>
+void forward_typed(const ForwardArgs& args) {
+  const Problem& p = args.problem;
+  run_chunks<T>(p, Entry::Forward, args.workspace,
+                [&](const std::vector<Packed<T>>& w, Tile<T>& tile, Partials<T>&, int64_t row0,
+                    int64_t rows) {
+                  load_rows(args.x, row0, rows, p.in_features(), tile.h[0]);
+                  forward_tile(p, w, tile, rows);
+                  store_rows(tile.h.back(), row0, rows, p.out_features(), args.out);
+                });
+}
+
+/// The first reverse sweep from g = grad_out rows (in `tile.ping`): δ_k = g ⊙ σ′(p_k) in place,
+/// parameter partials, g ← δ_k W_k. Returns the buffer holding g_0 when `want_input` (the last
+/// product is skipped otherwise).
+template <class T>
+T* reverse_tile(const Problem& p, const std::vector<Packed<T>>& w, Tile<T>& tile,
+                Partials<T>& partials, int64_t rows, bool want_input) {
+  T* g = tile.ping;
+  T* next = tile.pong;
+  for (int k = p.num_layers - 1; k >= 0; --k) {
+    const LayerView& l = p.layers[k];
+    const auto ku = static_cast<std::size_t>(k);
+    T* delta = g;
+    const T* d1 = tile.d1[ku];
+    for (int64_t e = 0; e < rows * l.out; ++e) delta[e] *= d1[e];
+    if (l.grad_weight != nullptr || l.grad_bias != nullptr) {
+      outer_accumulate(rows, l.in, l.out, delta, tile.h[ku], partials.dw[ku],
+                       l.grad_bias != nullptr ? partials.db[ku] : nullptr);
+    }
+    if (k == 0 && !want_input) break;
+    transpose_product(rows, l.in, l.out, delta, w[ku].w, next);
+    std::swap(g, next);
+  }
+  return g;
+}
+
+template <class T>
+void backward_typed(const BackwardArgs& args) {
+  const Problem& p = args.problem;
+  run_chunks<T>(p, Entry::Backward, args.workspace,
+                [&](const std::vector<Packed<T>>& w, Tile<T>& tile, Partials<T>& partials,
+                    int64_t row0, int64_t rows) {
+                  load_rows(args.x, row0, rows, p.in_features(), tile.h[0]);
+                  forward_tile(p, w, tile, rows);
+                  load_rows(args.grad_out, row0, rows, p.out_features(), tile.ping);
+                  const T* g0 = reverse_tile(p, w, tile, partials, rows, args.grad_x != nullptr);
+                  store_rows(g0, row0, rows, p.in_features(), args.grad_x);
+                });
+}
+
+/// Steps 1–4 of the double backward for one tile (include/fieldfuse/mlp.h). After the forward
+/// (σ′ in d1, σ″ in s) and the first reverse sweep (δ_k kept, s_k ← σ″ ⊙ g_k):
+/// tangent sweep t[k+1] = σ′ ⊙ (t[k] Wᵀ), turning s_k into σ″ ⊙ g_k ⊙ u_k; then the second reverse
+/// sweep q_k = σ′ ⊙ r_k + s_k with the parameter partials δ_k t_kᵀ + q_k h_kᵀ.
+template <class T>
+void double_backward_tile(const Problem& p, const std::vector<Packed<T>>& w, Tile<T>& tile,
+                          Partials<T>& partials, int64_t rows, const DoubleBackwardArgs& args,
+                          int64_t row0) {
+  const int L = p.num_layers;
+  load_rows(args.x, row0, rows, p.in_features(), tile.h[0]);
+  forward_tile(p, w, tile, rows);
+  load_rows(args.grad_out, row0, rows, p.out_features(), tile.ping);
+  // First reverse sweep, keeping δ_k and turning σ″ into σ″ ⊙ g_k (no parameter partials: the
+  // double backward's come from step 4 only).
+  {
+    T* g = tile.ping;
+    T* next = tile.pong;
+    for (int k = L - 1; k >= 0; --k) {
+      const LayerView& l = p.layers[k];
+      const auto ku = static_cast<std::size_t>(k);
+      const int64_t n = rows * l.out;
+      T* c = tile.s[ku];
+      const T* d1 = tile.d1[ku];
+      T* delta = tile.delta[ku];
+      for (int64_t e = 0; e < n; ++e) {
+        c[e] *= g[e];
+        delta[e] = g[e] * d1[e];
+      }
+      if (k == 0) break;
+      transpose_product(rows, l.in, l.out, delta, w[ku].w, next);
+      std::swap(g, next);
+    }
+  }
+  // Step 1 and 2: tangent sweep.
+  load_rows(args.grad_grad_x, row0, rows, p.in_features(), tile.t[0]);
+  for (int k = 0; k < L; ++k) {
+    const LayerView& l = p.layers[k];
+    const auto ku = static_cast<std::size_t>(k);
+    T* u = tile.t[ku + 1];
+    affine(rows, l.in, l.out, tile.t[ku], w[ku].wt, static_cast<const T*>(nullptr), u);
+    const T* d1 = tile.d1[ku];
+    T* s = tile.s[ku];
+    for (int64_t e = 0; e < rows * l.out; ++e) {
+      s[e] *= u[e];
+      u[e] *= d1[e];
+    }
+  }
+  store_rows(tile.t[static_cast<std::size_t>(L)], row0, rows, p.out_features(), args.grad_grad_out);
+  // Steps 3 and 4: second reverse sweep; r_L = 0 makes q_{L−1} = s_{L−1}.
+  T* r = tile.ping;
+  T* next = tile.pong;
+  for (int k = L - 1; k >= 0; --k) {
+    const LayerView& l = p.layers[k];
+    const auto ku = static_cast<std::size_t>(k);
+    const int64_t n = rows * l.out;
+    T* q = tile.s[ku];
+    const T* d1 = tile.d1[ku];
+    if (k < L - 1) {
+      for (int64_t e = 0; e < n; ++e) q[e] += d1[e] * r[e];
+    }
+    if (l.grad_weight != nullptr || l.grad_bias != nullptr) {
+      T* db = l.grad_bias != nullptr ? partials.db[ku] : nullptr;
+      outer_accumulate(rows, l.in, l.out, q, tile.h[ku], partials.dw[ku], db);
+      outer_accumulate(rows, l.in, l.out, tile.delta[ku], tile.t[ku], partials.dw[ku],
+                       static_cast<T*>(nullptr));
+    }
+    if (k == 0 && args.grad_x == nullptr) break;
+    transpose_product(rows, l.in, l.out, q, w[ku].w, next);
+    std::swap(r, next);
+  }
+  if (args.grad_x != nullptr) store_rows(r, row0, rows, p.in_features(), args.grad_x);
+}
+
+}  // namespace
+
+std::size_t forward_workspace_cpu(const Problem& problem) {
+  return dispatch_float_types(problem.op, problem.dtype, [&](auto tag) {
+    return Plan(problem, Entry::Forward, sizeof(typename decltype(tag)::type)).bytes();
+  });
+}
+
+std::size_t backward_workspace_cpu(const Problem& problem) {
+  return dispatch_float_types(problem.op, problem.dtype, [&](auto tag) {
+    return Plan(problem, Entry::Backward, sizeof(typename decltype(tag)::type)).bytes();
+  });
+}
+
+std::size_t double_backward_workspace_cpu(const Problem& problem) {
+  return dispatch_float_types(problem.op, problem.dtype, [&](auto tag) {
+    return Plan(problem, Entry::DoubleBackward, sizeof(typename decltype(tag)::type)).bytes();
+  });
+}
+
+void forward_cpu(const ForwardArgs& args) {
+  dispatch_float_types(args.problem.op, args.problem.dtype,
+                       [&](auto tag) { forward_typed<typename decltype(tag)::type>(args); });
+}
+
+void backward_cpu(const BackwardArgs& args) {
+  dispatch_float_types(args.problem.op, args.problem.dtype,
+                       [&](auto tag) { backward_typed<typename decltype(tag)::type>(args); });
+}
+
+void double_backward_cpu(const DoubleBackwardArgs& args) {
+  dispatch_float_types(args.problem.op, args.problem.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    run_chunks<T>(args.problem, Entry::DoubleBackward, args.workspace,
+                  [&](const std::vector<Packed<T>>& w, Tile<T>& tile, Partials<T>& partials,
+                      int64_t row0, int64_t rows) {
+                    double_backward_tile(args.problem, w, tile, partials, rows, args, row0);
+                  });
+  });
+}
+
+}  // namespace fieldfuse::detail::mlp
