@@ -87,17 +87,18 @@ void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef*
                   Stream stream = {});
 
 // ---------------------------------------------------------------------------------------------
-// Double backward: the derivative of the backward's `grad_x` output. Given `grad_out` g_L (as in
-// the backward) and `grad_grad_x` v = dL2/d(grad_x) [B, in] (any strides), in four steps
-// (specs/mlp.md, "Second-order"):
-//   1. tangent sweep:   t_0 = v,  u_k = W_k t_{k−1},  t_k = σ′(p_k) ⊙ u_k
+// Double backward: the derivative of the backward. Given `grad_out` g_L (as in the backward) and
+// the upstream gradients of the backward's outputs, `grad_grad_x` v = dL2/d(grad_x) [B, in] and,
+// optionally (null: zero), `grad_grad_weights[k]` V_k = dL2/d(grad_weights[k]) [out_k, in_k] and
+// `grad_grad_biases[k]` c_k = dL2/d(grad_biases[k]) [out_k] (entries may be absent: zero), all
+// with any strides, in four steps (specs/mlp.md, "Second-order", extended by the V and c terms):
+//   1. tangent sweep:   t_0 = v,  u_k = W_k t_{k−1} + V_k a_{k−1} + c_k,  t_k = σ′(p_k) ⊙ u_k
 //   2. curvature:       s_k = σ″(p_k) ⊙ g_k ⊙ u_k
-//   3. second reverse:  r_L = 0,  q_k = σ′(p_k) ⊙ r_k + s_k,  r_{k−1} = W_kᵀ q_k
+//   3. second reverse:  r_L = 0,  q_k = σ′(p_k) ⊙ r_k + s_k,  r_{k−1} = W_kᵀ q_k + V_kᵀ δ_k
 //   4. parameters:      grad_weights[k] = Σ_rows (δ_k t_{k−1}ᵀ + q_k a_{k−1}ᵀ),
 //                       grad_biases[k] = Σ_rows q_k
 // outputs `grad_grad_out` = t_L [B, out_{L−1}] (dL2/dg_L) and `grad_x` = r_0 [B, in] (dL2/dx).
-// Upstream gradients of the backward's weight and bias outputs are not part of this entry (the
-// Python layer rejects them with NotImplementedError). Null outputs are skipped as in the backward.
+// Null outputs are skipped as in the backward.
 // ---------------------------------------------------------------------------------------------
 
 std::size_t mlp_double_backward_workspace_size(const TensorRef& x, const TensorRef* weights,
@@ -105,7 +106,8 @@ std::size_t mlp_double_backward_workspace_size(const TensorRef& x, const TensorR
                                                const MLPOptions& options);
 void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
                          int num_layers, const MLPOptions& options, const TensorRef& grad_out,
-                         const TensorRef& grad_grad_x, const TensorRef* grad_grad_out,
+                         const TensorRef& grad_grad_x, const TensorRef* grad_grad_weights,
+                         const TensorRef* grad_grad_biases, const TensorRef* grad_grad_out,
                          const TensorRef* grad_x, const TensorRef* grad_weights,
                          const TensorRef* grad_biases, void* workspace, std::size_t workspace_bytes,
                          Stream stream = {});

@@ -135,27 +135,33 @@ def _backward_setup(ctx, inputs, output):
     ctx.want_x, ctx.want_params = want_x, want_params
 
 
+def _upstream(grads, like) -> list:
+    """Upstream gradients of a list output as the double backward takes them: [] when none reached
+    it (the eager path passes None for unused outputs: materialize_grads=False), else one tensor
+    per entry (zeros where one is missing)."""
+    if grads is None or all(g is None for g in grads):
+        return []
+    return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, like, strict=True)]
+
+
 def _backward_gradient(ctx, grad_grad_x, grad_grad_weights, grad_grad_biases):
-    # Note [mlp second order]: the double backward covers the path through grad_x (what an
-    # Eikonal or gradient-penalty loss uses). Gradients flowing back through the returned weight
-    # and bias gradients would need two more products per layer; they are rejected here when they
-    # reach this formula (the eager path passes None for unused outputs: materialize_grads=False).
-    for name, grads in (("grad_weights", grad_grad_weights), ("grad_biases", grad_grad_biases)):
-        if grads is not None and any(g is not None for g in grads):
-            raise NotImplementedError(
-                f"mlp_double_backward(): differentiating through the {name} returned by the MLP "
-                "backward is not supported; only the input gradient (grad_x) may enter a loss")
+    # Note [mlp second order]: the backward's outputs are grad_x, grad_weights and grad_biases;
+    # upstream gradients may reach all three (an Eikonal loss uses grad_x only; gradgradcheck and
+    # penalties on weight gradients use the others), and mlp_double_backward takes all of them.
     x, weights, biases, (grad_out,) = _saved_network(ctx)
-    none = (None,) * (3 + _NUM_OPTIONS + 3)
-    if grad_grad_x is None or not ctx.want_x:
-        return none
+    upstream_weights = _upstream(grad_grad_weights if ctx.want_params else None, weights)
+    upstream_biases = _upstream(grad_grad_biases if ctx.want_params else None, biases)
+    if not ctx.want_x or grad_grad_x is None:
+        if not upstream_weights and not upstream_biases:
+            return (None,) * (3 + _NUM_OPTIONS + 3)
+        grad_grad_x = torch.zeros_like(x)
     needs = _registry.needs_input_grad(ctx)
     want_x = _wants(needs[0])
     want_params = _wants(needs[1]) or _wants(needs[2])
     want_grad_out = _wants(needs[3 + _NUM_OPTIONS])
     grad_grad_out, grad_x, grad_weights, grad_biases = _ops["mlp_double_backward"](
-        x, weights, biases, *ctx.options, grad_out, grad_grad_x, want_grad_out, want_x,
-        want_params)
+        x, weights, biases, *ctx.options, grad_out, grad_grad_x, upstream_weights,
+        upstream_biases, want_grad_out, want_x, want_params)
     return ((grad_x if want_x else None), (grad_weights if want_params else None),
             (grad_biases if want_params else None), *(None,) * _NUM_OPTIONS,
             (grad_grad_out if want_grad_out else None), None, None)
@@ -165,12 +171,14 @@ def _backward_gradient(ctx, grad_grad_x, grad_grad_weights, grad_grad_biases):
 
 
 def _double_backward(x, weights, biases, *rest):
-    *options, grad_out, grad_grad_x, want_grad_out, want_x, want_params = rest
+    *options, grad_out, grad_grad_x, upstream_weights, upstream_biases, want_grad_out, want_x, \
+        want_params = rest
     grad_grad_out = _maybe(grad_out, want_grad_out)
     grad_x = _maybe(x, want_x)
     grad_weights, grad_biases = _param_grads(x, weights, biases, want_params)
     scratch = _scratch(_C.mlp_double_backward_workspace_size, x, weights, biases, options)
     _C.mlp_double_backward(*_c_args(x, weights, biases, options), dl(grad_out), dl(grad_grad_x),
+                           [dl(g) for g in upstream_weights], [dl(g) for g in upstream_biases],
                            dl(grad_grad_out) if want_grad_out else None,
                            dl(grad_x) if want_x else None,
                            [dl(g) for g in grad_weights] if want_params else None,
@@ -180,7 +188,7 @@ def _double_backward(x, weights, biases, *rest):
 
 
 def _double_backward_fake(x, weights, biases, *rest):
-    *_, grad_out, _, want_grad_out, want_x, want_params = rest
+    *_, grad_out, _, _, _, want_grad_out, want_x, want_params = rest
     return (_maybe(grad_out, want_grad_out), _maybe(x, want_x),
             *_param_grads(x, weights, biases, want_params))
 
@@ -199,8 +207,9 @@ _ops = _registry.register([
     ),
     _registry.OpSpec(
         "mlp_double_backward", _double_backward, _double_backward_fake,
-        schema=f"({_NETWORK}, Tensor grad_out, Tensor grad_grad_x, bool want_grad_out, "
-               "bool want_x, bool want_params) -> (Tensor, Tensor, Tensor[], Tensor[])",
+        schema=f"({_NETWORK}, Tensor grad_out, Tensor grad_grad_x, Tensor[] grad_grad_weights, "
+               "Tensor[] grad_grad_biases, bool want_grad_out, bool want_x, bool want_params) "
+               "-> (Tensor, Tensor, Tensor[], Tensor[])",
     ),
 ])
 
@@ -246,9 +255,9 @@ def mlp(
 
     Returns:
         ``[B, out]`` in x's dtype. Gradients reach x, weights and biases, and the backward is
-        differentiable once more through the input gradient (Eikonal losses); differentiating
-        through the weight gradients is not supported (NotImplementedError). Parameter gradients
-        are summed in a fixed order: the same inputs give the same bits on every run.
+        differentiable once more (through all of its outputs: Eikonal losses, gradient penalties);
+        third order is not supported. Parameter gradients are summed in a fixed order: the same
+        inputs give the same bits on every run.
     """
     check_tensor("mlp", "x", x)  # allocating the output reads its shape, dtype and device
     if isinstance(weights, Tensor) or not isinstance(weights, Sequence):

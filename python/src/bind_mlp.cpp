@@ -100,19 +100,19 @@ struct Grads {
 
   Grads(const char* op, const char* x_arg, const OptionalArray& grad_x,
         const std::optional<std::vector<Array>>& grad_weights,
-        const std::optional<OptionalArrays>& grad_biases, std::size_t layers) {
+        const std::optional<OptionalArrays>& grad_biases, std::size_t layers,
+        const char* weights_arg = "grad_weights", const char* biases_arg = "grad_biases") {
     if (grad_x) x = to_tensor_ref(*grad_x, op, x_arg);
-    if (grad_weights) {
-      check_count(op, "grad_weights", grad_weights->size(), layers);
+    if (grad_weights && !grad_weights->empty()) {
+      check_count(op, weights_arg, grad_weights->size(), layers);
       for (std::size_t k = 0; k < layers; ++k) {
-        weights.push_back(
-            to_tensor_ref((*grad_weights)[k], op, indexed("grad_weights", k).c_str()));
+        weights.push_back(to_tensor_ref((*grad_weights)[k], op, indexed(weights_arg, k).c_str()));
       }
       has_weights = true;
     }
     if (grad_biases && !grad_biases->empty()) {
-      check_count(op, "grad_biases", grad_biases->size(), layers);
-      biases = optional_refs(*grad_biases, op, "grad_biases");
+      check_count(op, biases_arg, grad_biases->size(), layers);
+      biases = optional_refs(*grad_biases, op, biases_arg);
       has_biases = true;
     }
   }
@@ -197,6 +197,7 @@ void bind_mlp(nb::module_& m) {
   m.def(
       "mlp_double_backward",
       [](FF_MLP_NETWORK_PARAMS, const Array& grad_out, const Array& grad_grad_x,
+         const GradWeights& grad_grad_weights, const GradBiases& grad_grad_biases,
          const OptionalArray& grad_grad_out, const OptionalArray& grad_x,
          const GradWeights& grad_weights, const GradBiases& grad_biases, const Array& workspace,
          std::uintptr_t stream) {
@@ -207,13 +208,16 @@ void bind_mlp(nb::module_& m) {
         std::optional<TensorRef> ggo;
         if (grad_grad_out) ggo = to_tensor_ref(*grad_grad_out, op, "grad_grad_out");
         const Grads grads(op, "grad_x", grad_x, grad_weights, grad_biases, weights.size());
+        const Grads upstream(op, "grad_grad_x", std::nullopt, grad_grad_weights, grad_grad_biases,
+                             weights.size(), "grad_grad_weights", "grad_grad_biases");
         nb::gil_scoped_release release;
         mlp_double_backward(net.x, net.weights.data(), net.bias_ptr(), net.layers(), net.options, g,
-                            v, ggo ? &*ggo : nullptr, grads.x_ptr(), grads.weights_ptr(),
-                            grads.biases_ptr(), workspace.data(), workspace.nbytes(),
-                            to_stream(stream));
+                            v, upstream.weights_ptr(), upstream.biases_ptr(), ggo ? &*ggo : nullptr,
+                            grads.x_ptr(), grads.weights_ptr(), grads.biases_ptr(),
+                            workspace.data(), workspace.nbytes(), to_stream(stream));
       },
       FF_MLP_NETWORK_ARGS, "grad_out"_a.noconvert(), "grad_grad_x"_a.noconvert(),
+      "grad_grad_weights"_a.none(), "grad_grad_biases"_a.none(),
       "grad_grad_out"_a.noconvert().none(), "grad_x"_a.noconvert().none(), "grad_weights"_a.none(),
       "grad_biases"_a.none(), "workspace"_a.noconvert(), "stream"_a);
 #undef FF_MLP_NETWORK

@@ -277,6 +277,39 @@ void bind_parameter_grads(const char* op, Network& net, const TensorRef* grad_we
   }
 }
 
+/// The double backward's optional upstream gradients of grad_weights / grad_biases (inputs, any
+/// strides; absent entries and null arrays are zero) into the layer table.
+void bind_upstream_parameter_grads(const char* op, Network& net, const TensorRef* grad_grad_weights,
+                                   const TensorRef* grad_grad_biases, const TensorRef* biases,
+                                   const TensorRef& x) {
+  for (int k = 0; k < net.problem.num_layers; ++k) {
+    LayerView& layer = net.layers[static_cast<std::size_t>(k)];
+    if (grad_grad_weights != nullptr && !is_absent(grad_grad_weights[k])) {
+      const std::string arg = indexed("grad_grad_weights", k);
+      check_like_x(op, arg.c_str(), grad_grad_weights[k], x, true);
+      detail::check_shape(
+          op, arg.c_str(), grad_grad_weights[k], {layer.out, layer.in},
+          (shape_text(layer.out, layer.in) + " (the shape of weights[" + std::to_string(k) + "])")
+              .c_str());
+      layer.grad_grad_weight = grad_grad_weights[k].data;
+      layer.grad_grad_weight_stride_out = grad_grad_weights[k].strides[0];
+      layer.grad_grad_weight_stride_in = grad_grad_weights[k].strides[1];
+    }
+    if (grad_grad_biases == nullptr || is_absent(grad_grad_biases[k])) continue;
+    const std::string arg = indexed("grad_grad_biases", k);
+    if (biases == nullptr || is_absent(biases[k])) {
+      fail(ErrorKind::Value, op,
+           "expected " + arg + " to be absent (layer " + std::to_string(k) +
+               " has no bias), but got shape " + grad_grad_biases[k].shape_str());
+    }
+    check_like_x(op, arg.c_str(), grad_grad_biases[k], x, true);
+    detail::check_shape(op, arg.c_str(), grad_grad_biases[k], {layer.out},
+                        ("[" + std::to_string(layer.out) + "]").c_str());
+    layer.grad_grad_bias = grad_grad_biases[k].data;
+    layer.grad_grad_bias_stride = grad_grad_biases[k].strides[0];
+  }
+}
+
 // The workspace of each entry on x's device. Compute_dtype never reaches the drivers as 16-bit
 // yet (Network::compute_dtype), so the tensor-core entries of mlp_drivers.h are not called here.
 std::size_t forward_bytes(const Network& net) {
@@ -387,7 +420,8 @@ std::size_t mlp_double_backward_workspace_size(const TensorRef& x, const TensorR
 
 void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
                          int num_layers, const MLPOptions& options, const TensorRef& grad_out,
-                         const TensorRef& grad_grad_x, const TensorRef* grad_grad_out,
+                         const TensorRef& grad_grad_x, const TensorRef* grad_grad_weights,
+                         const TensorRef* grad_grad_biases, const TensorRef* grad_grad_out,
                          const TensorRef* grad_x, const TensorRef* grad_weights,
                          const TensorRef* grad_biases, void* workspace, std::size_t workspace_bytes,
                          Stream stream) {
@@ -403,6 +437,7 @@ void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const Ten
                      (shape_text(batch, out_cols) + " (the shape of the output)").c_str());
   args.grad_grad_x = checked_matrix(op, "grad_grad_x", grad_grad_x, x, in_cols,
                                     (shape_text(batch, in_cols) + " (the shape of x)").c_str());
+  bind_upstream_parameter_grads(op, net, grad_grad_weights, grad_grad_biases, biases, x);
   if (grad_grad_out != nullptr) {
     args.grad_grad_out =
         checked_output(op, "grad_grad_out", *grad_grad_out, {batch, out_cols},

@@ -82,40 +82,66 @@ struct Plan {
     }
     chunks = std::min(tiles, cap);
     chunk_rows = (tiles + chunks - 1) / chunks * kTileRows;
-    weights_bytes = align_up(2 * param_count(p) * element);
+    // W, Wᵀ, b per layer; the double backward may also pack the upstream V, Vᵀ and c.
+    weights_bytes = align_up((entry == Entry::DoubleBackward ? 4 : 2) * param_count(p) * element);
     chunk_bytes = align_up((params + tile) * element);
   }
   std::size_t bytes() const { return weights_bytes + chunks * chunk_bytes; }
 };
 
 /// The packed parameters of layer k in the workspace: W [out, in], Wᵀ [in, out], b [out] (zeros
-/// when the layer has no bias).
+/// when the layer has no bias); in the double backward also the upstream V [out, in], Vᵀ and c
+/// [out] (null when not given: zero).
 template <class T>
 struct Packed {
-  const T* w;
-  const T* wt;
-  const T* b;
+  const T *w, *wt, *b;
+  const T *v = nullptr, *vt = nullptr, *c = nullptr;
 };
+
+/// A strided [out, in] matrix as contiguous M and Mᵀ, and a strided vector (null: zeros) after
+/// them; returns the end of what was written.
+template <class T>
+T* pack_layer(const void* matrix, int64_t stride_out, int64_t stride_in, const void* vector,
+              int64_t stride, int64_t out, int64_t in, T* m, T** mt, T** vec) {
+  const T* src = static_cast<const T*>(matrix);
+  *mt = m + out * in;
+  *vec = *mt + out * in;
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      const T value = src[o * stride_out + i * stride_in];
+      m[o * in + i] = value;
+      (*mt)[i * out + o] = value;
+    }
+    (*vec)[o] = vector != nullptr ? static_cast<const T*>(vector)[o * stride] : T(0);
+  }
+  return *vec + out;
+}
 
 template <class T>
 std::vector<Packed<T>> pack_weights(const Problem& p, T* dst) {
   std::vector<Packed<T>> packed(static_cast<std::size_t>(p.num_layers));
   for (int k = 0; k < p.num_layers; ++k) {
     const LayerView& l = p.layers[k];
-    const T* src = static_cast<const T*>(l.weight);
-    T* w = dst;
-    T* wt = w + l.out * l.in;
-    T* b = wt + l.out * l.in;
-    for (int64_t o = 0; o < l.out; ++o) {
-      for (int64_t i = 0; i < l.in; ++i) {
-        const T v = src[o * l.weight_stride_out + i * l.weight_stride_in];
-        w[o * l.in + i] = v;
-        wt[i * l.out + o] = v;
-      }
-      b[o] = l.bias != nullptr ? static_cast<const T*>(l.bias)[o * l.bias_stride] : T(0);
+    Packed<T>& pk = packed[static_cast<std::size_t>(k)];
+    T *w = dst, *wt, *b;
+    dst = pack_layer(l.weight, l.weight_stride_out, l.weight_stride_in, l.bias, l.bias_stride,
+                     l.out, l.in, w, &wt, &b);
+    pk.w = w, pk.wt = wt, pk.b = b;
+    if (l.grad_grad_weight == nullptr && l.grad_grad_bias == nullptr) continue;
+    // Upstream gradients of the weight gradients: a zero V where only c is given.
+    T *v = dst, *vt, *c;
+    if (l.grad_grad_weight != nullptr) {
+      dst = pack_layer(l.grad_grad_weight, l.grad_grad_weight_stride_out,
+                       l.grad_grad_weight_stride_in, l.grad_grad_bias, l.grad_grad_bias_stride,
+                       l.out, l.in, v, &vt, &c);
+      pk.v = v, pk.vt = vt;
+    } else {
+      c = dst;
+      for (int64_t o = 0; o < l.out; ++o)
+        c[o] = static_cast<const T*>(l.grad_grad_bias)[o * l.grad_grad_bias_stride];
+      dst = c + l.out;
     }
-    packed[static_cast<std::size_t>(k)] = {w, wt, b};
-    dst = b + l.out;
+    pk.c = c;
   }
   return packed;
 }
@@ -194,6 +220,20 @@ FF_FORCE_INLINE void affine_impl(int64_t rows, int64_t in, int64_t out, const T*
   product(rows, in, out, a, in, 1, wt, b, b == nullptr, p);
 }
 
+/// P += A Vᵀ (the double backward's V_k a_{k−1} term): A [rows, in], Vᵀ [in, out].
+template <class T>
+FF_FORCE_INLINE void affine_accumulate_impl(int64_t rows, int64_t in, int64_t out, const T* a,
+                                            const T* vt, T* p) {
+  product(rows, in, out, a, in, 1, vt, static_cast<const T*>(nullptr), false, p);
+}
+
+/// G += D V (the double backward's V_kᵀ δ_k term): D [rows, out], V [out, in].
+template <class T>
+FF_FORCE_INLINE void transpose_accumulate_impl(int64_t rows, int64_t in, int64_t out, const T* d,
+                                               const T* v, T* g) {
+  product(rows, out, in, d, out, 1, v, static_cast<const T*>(nullptr), false, g);
+}
+
 /// G = D W: D [rows, out], W [out, in].
 template <class T>
 FF_FORCE_INLINE void transpose_product_impl(int64_t rows, int64_t in, int64_t out, const T* d,
@@ -222,18 +262,26 @@ FF_FORCE_INLINE void outer_accumulate_impl(int64_t rows, int64_t in, int64_t out
 #define FF_MLP_CPU_CLONES
 #endif
 
-#define FF_MLP_CPU_PRODUCTS(T)                                                                  \
-  FF_MLP_CPU_CLONES void affine(int64_t rows, int64_t in, int64_t out, const T* a, const T* wt, \
-                                const T* b, T* p) {                                             \
-    affine_impl<T>(rows, in, out, a, wt, b, p);                                                 \
-  }                                                                                             \
-  FF_MLP_CPU_CLONES void transpose_product(int64_t rows, int64_t in, int64_t out, const T* d,   \
-                                           const T* w, T* g) {                                  \
-    transpose_product_impl<T>(rows, in, out, d, w, g);                                          \
-  }                                                                                             \
-  FF_MLP_CPU_CLONES void outer_accumulate(int64_t rows, int64_t in, int64_t out, const T* d,    \
-                                          const T* a, T* dw, T* db) {                           \
-    outer_accumulate_impl<T>(rows, in, out, d, a, dw, db);                                      \
+#define FF_MLP_CPU_PRODUCTS(T)                                                                   \
+  FF_MLP_CPU_CLONES void affine(int64_t rows, int64_t in, int64_t out, const T* a, const T* wt,  \
+                                const T* b, T* p) {                                              \
+    affine_impl<T>(rows, in, out, a, wt, b, p);                                                  \
+  }                                                                                              \
+  FF_MLP_CPU_CLONES void transpose_product(int64_t rows, int64_t in, int64_t out, const T* d,    \
+                                           const T* w, T* g) {                                   \
+    transpose_product_impl<T>(rows, in, out, d, w, g);                                           \
+  }                                                                                              \
+  FF_MLP_CPU_CLONES void outer_accumulate(int64_t rows, int64_t in, int64_t out, const T* d,     \
+                                          const T* a, T* dw, T* db) {                            \
+    outer_accumulate_impl<T>(rows, in, out, d, a, dw, db);                                       \
+  }                                                                                              \
+  FF_MLP_CPU_CLONES void affine_accumulate(int64_t rows, int64_t in, int64_t out, const T* a,    \
+                                           const T* vt, T* p) {                                  \
+    affine_accumulate_impl<T>(rows, in, out, a, vt, p);                                          \
+  }                                                                                              \
+  FF_MLP_CPU_CLONES void transpose_accumulate(int64_t rows, int64_t in, int64_t out, const T* d, \
+                                              const T* v, T* g) {                                \
+    transpose_accumulate_impl<T>(rows, in, out, d, v, g);                                        \
   }
 FF_MLP_CPU_PRODUCTS(float)
 FF_MLP_CPU_PRODUCTS(double)
@@ -470,7 +518,8 @@ void double_backward_tile(const Problem& p, const std::vector<Packed<T>>& w, Til
     const LayerView& l = p.layers[k];
     const auto ku = static_cast<std::size_t>(k);
     T* u = tile.t[ku + 1];
-    affine(rows, l.in, l.out, tile.t[ku], w[ku].wt, static_cast<const T*>(nullptr), u);
+    affine(rows, l.in, l.out, tile.t[ku], w[ku].wt, w[ku].c, u);  // + c_k (null: none)
+    if (w[ku].vt != nullptr) affine_accumulate(rows, l.in, l.out, tile.h[ku], w[ku].vt, u);
     const T* d1 = tile.d1[ku];
     T* s = tile.s[ku];
     for (int64_t e = 0; e < rows * l.out; ++e) {
@@ -499,6 +548,7 @@ void double_backward_tile(const Problem& p, const std::vector<Packed<T>>& w, Til
     }
     if (k == 0 && args.grad_x == nullptr) break;
     transpose_product(rows, l.in, l.out, q, w[ku].w, next);
+    if (w[ku].v != nullptr) transpose_accumulate(rows, l.in, l.out, tile.delta[ku], w[ku].v, next);
     std::swap(r, next);
   }
   if (args.grad_x != nullptr) store_rows(r, row0, rows, p.in_features(), args.grad_x);

@@ -37,6 +37,12 @@ struct LayerView {
   int64_t bias_stride = 0;
   void* grad_weight = nullptr;  ///< backward entries: contiguous [out, in], or null (not wanted)
   void* grad_bias = nullptr;  ///< backward entries: contiguous [out], or null (not wanted/no bias)
+  /// Double backward only: V_k = dL2/d(grad_weight) [out, in] and c_k = dL2/d(grad_bias) [out]
+  /// in Problem::dtype through their strides, or null (zero).
+  const void* grad_grad_weight = nullptr;
+  int64_t grad_grad_weight_stride_out = 0, grad_grad_weight_stride_in = 0;
+  const void* grad_grad_bias = nullptr;
+  int64_t grad_grad_bias_stride = 0;
 };
 
 /// A strided `[batch, cols]` input matrix (x, grad_out, grad_grad_x); element strides.
@@ -91,7 +97,8 @@ struct BackwardArgs {
   Stream stream{};
 };
 
-/// The double backward (four steps, include/fieldfuse/mlp.h): grad_grad_out = t_L (contiguous
+/// The double backward (four steps, include/fieldfuse/mlp.h, with the layers' grad_grad_weight
+/// V_k and grad_grad_bias c_k where non-null): grad_grad_out = t_L (contiguous
 /// [batch, out_features()], or null), grad_x = r_0 (contiguous [batch, in], or null), the layers'
 /// grad_weight = Σ(δ_k t_{k−1}ᵀ + q_k a_{k−1}ᵀ) and grad_bias = Σ q_k where non-null.
 struct DoubleBackwardArgs {
@@ -130,7 +137,8 @@ void double_backward_cuda(const DoubleBackwardArgs& args);
 // problem.dtype == Float32, a CUDA device, and every argument validated as above):
 // - inputs: x [batch, in] float32 read through MatrixView strides (any, possibly non-contiguous);
 //   weights [out_k, in_k] float32 masters and biases [out_k] float32 (or null) read through the
-//   LayerView strides; grad_out / grad_grad_x float32 through their strides.
+//   LayerView strides; grad_out / grad_grad_x and the layers' grad_grad_weight / grad_grad_bias
+//   (double backward, null = zero) float32 through their strides.
 // - math: identical to the float32 SIMT path and to mlp_math.h (the one definition of σ, σ′, σ″;
 //   evaluate them in float32): each matrix product takes its operands rounded to compute_dtype
 //   (weights converted from the masters, activations/tangents/gradients rounded as they enter a
