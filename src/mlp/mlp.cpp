@@ -101,6 +101,13 @@ struct Network {
     detail::check_storage(op, "x", x, needs_data);
     check_two_dims(op, "x", x, "[B, in]");
     detail::check_device_supported(op, "x", x);
+    if (x.device.is_cuda()) {
+      // The CUDA drivers (mlp_drivers.h: SIMT and tensor-core) are not written yet; say so
+      // instead of failing at link time or running anything silently.
+      fail(ErrorKind::NotImplemented, op,
+           "not implemented for x on " + x.device.str() +
+               " yet: the MLP's CUDA driver is pending (use CPU tensors)");
+    }
     check_parameter_dtype(op, "x", x);
     if (num_layers < 1 || weights == nullptr) {
       fail(ErrorKind::Value, op,
@@ -310,26 +317,17 @@ void bind_upstream_parameter_grads(const char* op, Network& net, const TensorRef
   }
 }
 
-// The workspace of each entry on x's device. Compute_dtype never reaches the drivers as 16-bit
-// yet (Network::compute_dtype), so the tensor-core entries of mlp_drivers.h are not called here.
+// The workspace of each entry. Only the CPU driver exists so far (Network rejects CUDA tensors and
+// 16-bit compute_dtype), so the CUDA entries of mlp_drivers.h are not called here yet.
 std::size_t forward_bytes(const Network& net) {
-#if FIELDFUSE_WITH_CUDA
-  if (net.problem.device.is_cuda()) return detail::mlp::forward_workspace_cuda(net.problem);
-#endif
   return detail::mlp::forward_workspace_cpu(net.problem);
 }
 
 std::size_t backward_bytes(const Network& net) {
-#if FIELDFUSE_WITH_CUDA
-  if (net.problem.device.is_cuda()) return detail::mlp::backward_workspace_cuda(net.problem);
-#endif
   return detail::mlp::backward_workspace_cpu(net.problem);
 }
 
 std::size_t double_backward_bytes(const Network& net) {
-#if FIELDFUSE_WITH_CUDA
-  if (net.problem.device.is_cuda()) return detail::mlp::double_backward_workspace_cuda(net.problem);
-#endif
   return detail::mlp::double_backward_workspace_cpu(net.problem);
 }
 
@@ -360,11 +358,6 @@ void mlp_forward(const TensorRef& x, const TensorRef* weights, const TensorRef* 
   args.workspace = workspace;
   args.workspace_bytes = workspace_bytes;
   args.stream = stream;
-#if FIELDFUSE_WITH_CUDA
-  if (x.device.is_cuda()) {
-    return detail::mlp::forward_cuda(args);
-  }
-#endif
   detail::mlp::forward_cpu(args);
 }
 
@@ -401,11 +394,6 @@ void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef*
   args.workspace = workspace;
   args.workspace_bytes = workspace_bytes;
   args.stream = stream;
-#if FIELDFUSE_WITH_CUDA
-  if (x.device.is_cuda()) {
-    return detail::mlp::backward_cuda(args);
-  }
-#endif
   detail::mlp::backward_cpu(args);
 }
 
@@ -453,11 +441,6 @@ void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const Ten
   args.workspace = workspace;
   args.workspace_bytes = workspace_bytes;
   args.stream = stream;
-#if FIELDFUSE_WITH_CUDA
-  if (x.device.is_cuda()) {
-    return detail::mlp::double_backward_cuda(args);
-  }
-#endif
   detail::mlp::double_backward_cpu(args);
 }
 
