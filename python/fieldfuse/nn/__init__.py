@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from .kplanes import EXP_INPUT_MAX, KPlanes, KPlanesTilted
 from .losses import volume_tv_from_taps
+from .mlp import MLP
 from .rotations import default_rotations, nearest_rotation, quaternion_to_rotation
 
 __all__ = [
     "EXP_INPUT_MAX",
     "KPlanes",
     "KPlanesTilted",
+    "MLP",
     "default_rotations",
     "nearest_rotation",
     "quaternion_to_rotation",
