@@ -101,13 +101,6 @@ struct Network {
     detail::check_storage(op, "x", x, needs_data);
     check_two_dims(op, "x", x, "[B, in]");
     detail::check_device_supported(op, "x", x);
-    if (x.device.is_cuda()) {
-      // The CUDA drivers (mlp_drivers.h: SIMT and tensor-core) are not written yet; say so
-      // instead of failing at link time or running anything silently.
-      fail(ErrorKind::NotImplemented, op,
-           "not implemented for x on " + x.device.str() +
-               " yet: the MLP's CUDA driver is pending (use CPU tensors)");
-    }
     check_parameter_dtype(op, "x", x);
     if (num_layers < 1 || weights == nullptr) {
       fail(ErrorKind::Value, op,
@@ -202,11 +195,7 @@ struct Network {
                        "compute_dtype ") +
                dtype_name(c) + ", but got x of dtype " + dtype_name(x.dtype));
     }
-    // The tensor-core driver (mlp_drivers.h) is written separately; until it is linked in, a
-    // valid request is reported as not implemented rather than silently run in float32.
-    fail(ErrorKind::NotImplemented, op,
-         std::string("compute_dtype ") + dtype_name(c) +
-             " (the tensor-core path) is not implemented in this build; use compute_dtype=None");
+    return c;
   }
 };
 
@@ -317,17 +306,38 @@ void bind_upstream_parameter_grads(const char* op, Network& net, const TensorRef
   }
 }
 
-// The workspace of each entry. Only the CPU driver exists so far (Network rejects CUDA tensors and
-// 16-bit compute_dtype), so the CUDA entries of mlp_drivers.h are not called here yet.
+/// A 16-bit compute_dtype (only ever set for CUDA tensors) selects the tensor-core driver.
+bool tensor_core(const Problem& p) { return p.compute_dtype != p.dtype; }
+
+// The workspace of each entry on x's device and driver.
 std::size_t forward_bytes(const Network& net) {
+#if FIELDFUSE_WITH_CUDA
+  if (net.problem.device.is_cuda()) {
+    return tensor_core(net.problem) ? detail::mlp::forward_workspace_cuda_tensor_core(net.problem)
+                                    : detail::mlp::forward_workspace_cuda(net.problem);
+  }
+#endif
   return detail::mlp::forward_workspace_cpu(net.problem);
 }
 
 std::size_t backward_bytes(const Network& net) {
+#if FIELDFUSE_WITH_CUDA
+  if (net.problem.device.is_cuda()) {
+    return tensor_core(net.problem) ? detail::mlp::backward_workspace_cuda_tensor_core(net.problem)
+                                    : detail::mlp::backward_workspace_cuda(net.problem);
+  }
+#endif
   return detail::mlp::backward_workspace_cpu(net.problem);
 }
 
 std::size_t double_backward_bytes(const Network& net) {
+#if FIELDFUSE_WITH_CUDA
+  if (net.problem.device.is_cuda()) {
+    return tensor_core(net.problem)
+               ? detail::mlp::double_backward_workspace_cuda_tensor_core(net.problem)
+               : detail::mlp::double_backward_workspace_cuda(net.problem);
+  }
+#endif
   return detail::mlp::double_backward_workspace_cpu(net.problem);
 }
 
@@ -358,6 +368,12 @@ void mlp_forward(const TensorRef& x, const TensorRef* weights, const TensorRef* 
   args.workspace = workspace;
   args.workspace_bytes = workspace_bytes;
   args.stream = stream;
+#if FIELDFUSE_WITH_CUDA
+  if (x.device.is_cuda()) {
+    if (tensor_core(args.problem)) return detail::mlp::forward_cuda_tensor_core(args);
+    return detail::mlp::forward_cuda(args);
+  }
+#endif
   detail::mlp::forward_cpu(args);
 }
 
@@ -394,6 +410,12 @@ void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef*
   args.workspace = workspace;
   args.workspace_bytes = workspace_bytes;
   args.stream = stream;
+#if FIELDFUSE_WITH_CUDA
+  if (x.device.is_cuda()) {
+    if (tensor_core(args.problem)) return detail::mlp::backward_cuda_tensor_core(args);
+    return detail::mlp::backward_cuda(args);
+  }
+#endif
   detail::mlp::backward_cpu(args);
 }
 
@@ -441,6 +463,12 @@ void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const Ten
   args.workspace = workspace;
   args.workspace_bytes = workspace_bytes;
   args.stream = stream;
+#if FIELDFUSE_WITH_CUDA
+  if (x.device.is_cuda()) {
+    if (tensor_core(args.problem)) return detail::mlp::double_backward_cuda_tensor_core(args);
+    return detail::mlp::double_backward_cuda(args);
+  }
+#endif
   detail::mlp::double_backward_cpu(args);
 }
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_params import DEVICES, F32, F64, FLOAT_DTYPES, capture_cuda_graph, cuda_only
+from device_params import (CUDA_MARKS, DEVICES, F32, F64, FLOAT_DTYPES, capture_cuda_graph,
+                           cuda_only)
 
 import fieldfuse
 from fieldfuse.mlp import ACTIVATIONS
@@ -47,13 +48,14 @@ def _split(leaves, num_layers, bias):
     return x, weights, biases
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("output_activation", ["none", "sigmoid", "softplus"])
-def test_gradcheck_and_gradgradcheck(activation, output_activation):
+def test_gradcheck_and_gradgradcheck(device, activation, output_activation):
     # Rows differ (random x), so a kernel reusing row 0's values for the batch fails here.
     sizes = [3, 16, 32, 2]
-    weights, biases = _network(sizes)
-    leaves = _leaves(_x(5, 3), weights, biases)
+    weights, biases = _network(sizes, F64, device)
+    leaves = _leaves(_x(5, 3, F64, device), weights, biases)
     kw = dict(activation=activation, output_activation=output_activation, **OPTIONS)
 
     def fn(*args):
@@ -64,33 +66,35 @@ def test_gradcheck_and_gradgradcheck(activation, output_activation):
     assert torch.autograd.gradgradcheck(fn, leaves)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_matches_reference_every_order(activation):
+def test_matches_reference_every_order(device, activation):
     sizes = [7, 48, 16, 5]
-    weights, biases = _network(sizes)
-    x = _x(33, 7)
+    weights, biases = _network(sizes, F64, device)
+    x = _x(33, 7, F64, device)
     kw = dict(activation=activation, output_activation="tanh", **OPTIONS)
     ours, theirs = _leaves(x, weights, biases), _leaves(x, weights, biases)
     y = fieldfuse.mlp(*_split(ours, 3, True), **kw)
     y_ref = ref.mlp(*_split(theirs, 3, True), **kw)
     torch.testing.assert_close(y, y_ref, **TOL[F64])
-    g = _x(33, 5, seed=7)
+    g = _x(33, 5, F64, device, seed=7)
     first = torch.autograd.grad(y, ours, g, create_graph=True)
     first_ref = torch.autograd.grad(y_ref, theirs, g, create_graph=True)
     for a, b in zip(first, first_ref):
         torch.testing.assert_close(a, b, **TOL[F64])
-    v = _x(33, 7, seed=9)
+    v = _x(33, 7, F64, device, seed=9)
     second = torch.autograd.grad((first[0] * v).sum(), ours, allow_unused=True)
     second_ref = torch.autograd.grad((first_ref[0] * v).sum(), theirs, allow_unused=True)
     for a, b in zip(second, second_ref):
         torch.testing.assert_close(a, torch.zeros_like(a) if b is None else b, **TOL[F64])
 
 
-def test_row_zero_is_not_reused():
+@pytest.mark.parametrize("device", DEVICES)
+def test_row_zero_is_not_reused(device):
     # Two batches that share row 0 must differ in every other row's input gradient of the
     # Eikonal loss (the known bug: a second-order kernel used row 0's values for every row).
-    weights, biases = _network([3, 32, 32, 1])
-    x = _x(6, 3).requires_grad_()
+    weights, biases = _network([3, 32, 32, 1], F64, device)
+    x = _x(6, 3, F64, device).requires_grad_()
     y = fieldfuse.mlp(x, weights, biases, activation="softplus", softplus_beta=10.0)
     (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
     (hx,) = torch.autograd.grad(gx.square().sum(), x)
@@ -145,12 +149,25 @@ def test_eikonal_gradients_match_torch_sequential(device, dtype):
                                    atol=1e-4 if dtype == F32 else 1e-9)
 
 
-@pytest.mark.parametrize("width", [16, 32, 48, 128, 256])
-def test_hidden_widths(width):
-    weights, biases = _network([5, width, width, 3])
-    x = _x(40, 5)
-    torch.testing.assert_close(fieldfuse.mlp(x, weights, biases, activation="silu"),
-                               ref.mlp(x, weights, biases, activation="silu"), **TOL[F64])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("width", [16, 32, 48, 128, 208, 256])
+def test_hidden_widths_every_order(device, width):
+    # Widths past one 64-wide product tile (CUDA) and past the CPU's register blocks, all orders.
+    weights, biases = _network([5, width, width, 3], F64, device)
+    x = _x(70, 5, F64, device)
+    kw = dict(activation="silu", output_activation="tanh")
+    ours, theirs = _leaves(x, weights, biases), _leaves(x, weights, biases)
+    y = fieldfuse.mlp(*_split(ours, 3, True), **kw)
+    y_ref = ref.mlp(*_split(theirs, 3, True), **kw)
+    torch.testing.assert_close(y, y_ref, **TOL[F64])
+    first = torch.autograd.grad(y.square().sum(), ours, create_graph=True)
+    first_ref = torch.autograd.grad(y_ref.square().sum(), theirs, create_graph=True)
+    for a, b in zip(first, first_ref):
+        torch.testing.assert_close(a, b, **TOL[F64])
+    second = torch.autograd.grad(first[0].square().sum() + first[1].sum(), ours)
+    second_ref = torch.autograd.grad(first_ref[0].square().sum() + first_ref[1].sum(), theirs)
+    for a, b in zip(second, second_ref):
+        torch.testing.assert_close(a, b, **TOL[F64])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -202,9 +219,10 @@ def test_non_contiguous_inputs(device):
         torch.testing.assert_close(a, b, **TOL[F64])
 
 
-def test_nan_propagates_to_its_row_only():
-    weights, biases = _network([3, 16, 2])
-    x = _x(4, 3)
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_propagates_to_its_row_only(device):
+    weights, biases = _network([3, 16, 2], F64, device)
+    x = _x(4, 3, F64, device)
     x[2, 1] = float("nan")
     for activation in ACTIVATIONS:
         y = fieldfuse.mlp(x, weights, biases, activation=activation, **OPTIONS)
@@ -212,13 +230,23 @@ def test_nan_propagates_to_its_row_only():
         assert torch.isfinite(y[[0, 1, 3]]).all(), activation
 
 
-def test_two_calls_give_the_same_bits():
-    weights, biases = _network([8, 64, 64, 4], F32)
-    leaves = _leaves(_x(3001, 8, F32), weights, biases)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("compute_dtype", [None, pytest.param(torch.float16, marks=CUDA_MARKS),
+                                           pytest.param(torch.bfloat16, marks=CUDA_MARKS)])
+def test_two_calls_give_the_same_bits(device, compute_dtype):
+    # Parameter gradients are per-block partials summed in a fixed order: no run-to-run jitter,
+    # in the backward and in the double backward. Enough rows for many CUDA blocks.
+    if compute_dtype is not None and device == "cpu":
+        pytest.skip("16-bit compute is CUDA only")
+    weights, biases = _network([8, 64, 64, 4], F32, device)
+    leaves = _leaves(_x(30001, 8, F32, device), weights, biases)
     runs = []
     for _ in range(2):
-        y = fieldfuse.mlp(*_split(leaves, 3, True), activation="relu")
-        runs.append([y, *torch.autograd.grad(y.square().sum(), leaves)])
+        x, w, b = _split(leaves, 3, True)
+        y = fieldfuse.mlp(x, w, b, activation="softplus", compute_dtype=compute_dtype)
+        first = torch.autograd.grad(y.square().sum(), leaves, create_graph=True)
+        second = torch.autograd.grad(first[0].square().sum() + first[1].sum(), leaves)
+        runs.append([y, *first, *second])
     for a, b in zip(*runs):
         assert torch.equal(a, b)
 
@@ -240,10 +268,12 @@ def test_library_path_matches_eager_path():
         assert torch.equal(a, b)
 
 
-def test_penalty_on_weight_gradients_matches_reference():
+@pytest.mark.parametrize("device", DEVICES)
+def test_penalty_on_weight_gradients_matches_reference(device):
     # Second order through grad_weights / grad_biases (the V and c terms of the double backward).
-    weights, biases = _network([3, 16, 2])
-    ours, theirs = _leaves(_x(7, 3), weights, biases), _leaves(_x(7, 3), weights, biases)
+    weights, biases = _network([3, 16, 2], F64, device)
+    x = _x(7, 3, F64, device)
+    ours, theirs = _leaves(x, weights, biases), _leaves(x, weights, biases)
     results = []
     for leaves, fn in ((ours, fieldfuse.mlp), (theirs, ref.mlp)):
         x, w, b = _split(leaves, 2, True)
@@ -254,9 +284,10 @@ def test_penalty_on_weight_gradients_matches_reference():
         torch.testing.assert_close(a, b, **TOL[F64])
 
 
-def test_torch_compile_fullgraph_first_and_second_order():
-    weights, biases = _network([3, 16, 1], F32)
-    leaves = _leaves(_x(10, 3, F32), weights, biases)
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_first_and_second_order(device):
+    weights, biases = _network([3, 16, 1], F32, device)
+    leaves = _leaves(_x(10, 3, F32, device), weights, biases)
 
     def loss_fn(x, w0, w1, b0, b1):
         y = fieldfuse.mlp(x, [w0, w1], [b0, b1], activation="softplus", softplus_beta=5.0)
@@ -272,9 +303,10 @@ def test_torch_compile_fullgraph_first_and_second_order():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_torch_compile_fullgraph_forward_backward():
-    weights, biases = _network([5, 32, 2], F32)
-    leaves = _leaves(_x(17, 5, F32), weights, biases)
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_forward_backward(device):
+    weights, biases = _network([5, 32, 2], F32, device)
+    leaves = _leaves(_x(17, 5, F32, device), weights, biases)
 
     def loss_fn(x, w0, w1, b0, b1):
         return fieldfuse.mlp(x, [w0, w1], [b0, b1], activation="relu").square().sum()
@@ -308,9 +340,13 @@ def test_cuda_large_batch():
     y_ref = ref.mlp(x.double(), [w.double() for w in weights], [b.double() for b in biases],
                     activation="softplus", softplus_beta=3.0)
     torch.testing.assert_close(y, y_ref.float(), **TOL[F32])
-    (g,) = torch.autograd.grad(y.sum(), x)
-    (g_ref,) = torch.autograd.grad(y_ref.sum(), x)
+    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    (g_ref,) = torch.autograd.grad(y_ref.sum(), x, create_graph=True)
     torch.testing.assert_close(g, g_ref.float(), rtol=1e-4, atol=1e-5)
+    # Double backward over every row (the last, partial tile included).
+    (h,) = torch.autograd.grad(g.square().sum(), x)
+    (h_ref,) = torch.autograd.grad(g_ref.square().sum(), x)
+    torch.testing.assert_close(h, h_ref.float(), rtol=1e-4, atol=1e-4)
 
 
 @cuda_only
