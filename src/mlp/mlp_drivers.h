@@ -155,8 +155,7 @@ void double_backward_cuda(const DoubleBackwardArgs& args);
 //   kernel is passed by value (problem.layers is host memory valid only during the call).
 // - widths: in and out_L arbitrary (>= 1), hidden widths multiples of 16 in [16, 256]; pad
 //   internally, never visibly. batch may be 0 (outputs empty; parameter gradients zero-filled).
-// Until these are defined, the front rejects a 16-bit compute_dtype with NotImplementedError and
-// never calls them.
+// Implemented in mlp_cuda_tensor_core.cu over the shared tile kernels of mlp_cuda_tile.cuh.
 std::size_t forward_workspace_cuda_tensor_core(const Problem& problem);
 std::size_t backward_workspace_cuda_tensor_core(const Problem& problem);
 std::size_t double_backward_workspace_cuda_tensor_core(const Problem& problem);
