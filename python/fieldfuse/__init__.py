@@ -20,6 +20,7 @@ from .kplanes_ops import (
     kplanes_tilted_with_taps,
     plane_tv,
 )
+from .mlp import mlp
 from .render import (
     RenderOutput,
     line_integral,
@@ -42,6 +43,7 @@ __all__ = [
     "kplanes_tilted",
     "kplanes_tilted_taps",
     "kplanes_tilted_with_taps",
+    "mlp",
     "nn",
     "plane_tv",
     "RenderOutput",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from .hash_grid import HashGrid
 from .kplanes import EXP_INPUT_MAX, KPlanes, KPlanesTilted
 from .losses import volume_tv_from_taps
+from .mlp import MLP
 from .rotations import default_rotations, nearest_rotation, quaternion_to_rotation
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "HashGrid",
     "KPlanes",
     "KPlanesTilted",
+    "MLP",
     "default_rotations",
     "nearest_rotation",
     "quaternion_to_rotation",

@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``fieldfuse.nn.MLP``: the fused MLP as a module holding nn.Linear-layout parameters."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..mlp import mlp
+
+# torch.nn activation modules from_torch understands, with the fieldfuse name and the parameter
+# each carries (sine and exp have no torch module, so a Sequential cannot express them).
+_TORCH_ACTIVATIONS = {
+    torch.nn.ReLU: ("relu", None),
+    torch.nn.LeakyReLU: ("leaky_relu", "leaky_slope"),
+    torch.nn.Softplus: ("softplus", "softplus_beta"),
+    torch.nn.Tanh: ("tanh", None),
+    torch.nn.Sigmoid: ("sigmoid", None),
+    torch.nn.SiLU: ("silu", None),
+    torch.nn.Identity: ("none", None),
+}
+
+
+class MLP(torch.nn.Module):
+    """``in_features → hidden × layers → out_features`` through :func:`fieldfuse.mlp`.
+
+    Parameters are a ParameterList ``weights`` (``[out, in]`` each, nn.Linear layout) and, with
+    ``bias=True``, ``biases``; they are initialised as nn.Linear does, except for ``sine``, which
+    uses SIREN's init (first layer U(−1/in, 1/in), later ones U(±sqrt(6/in)/ω₀)).
+    ``activation_params`` are ``softplus_beta``, ``sine_omega0`` and ``leaky_slope``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, hidden: int, layers: int, *,
+                 activation: str = "relu", output_activation: str = "none", bias: bool = True,
+                 compute_dtype: torch.dtype | None = None, device=None, dtype=None,
+                 **activation_params) -> None:
+        super().__init__()
+        unknown = set(activation_params) - {"softplus_beta", "sine_omega0", "leaky_slope"}
+        if unknown:
+            raise TypeError(f"MLP(): unknown activation parameters {sorted(unknown)}")
+        self.activation, self.output_activation = activation, output_activation
+        self.compute_dtype, self.activation_params = compute_dtype, dict(activation_params)
+        sizes = [in_features] + [hidden] * layers + [out_features]
+        linears = [torch.nn.Linear(i, o, bias=bias, device=device, dtype=dtype)
+                   for i, o in zip(sizes[:-1], sizes[1:])]
+        self.weights = torch.nn.ParameterList([lin.weight for lin in linears])
+        self.biases = torch.nn.ParameterList([lin.bias for lin in linears]) if bias else None
+        if activation == "sine":
+            self._siren_init(activation_params.get("sine_omega0", 30.0))
+
+    @torch.no_grad()
+    def _siren_init(self, omega0: float) -> None:
+        for k, w in enumerate(self.weights):
+            bound = 1.0 / w.shape[1] if k == 0 else math.sqrt(6.0 / w.shape[1]) / omega0
+            w.uniform_(-bound, bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return mlp(x, list(self.weights), None if self.biases is None else list(self.biases),
+                   activation=self.activation, output_activation=self.output_activation,
+                   compute_dtype=self.compute_dtype, **self.activation_params)
+
+    @classmethod
+    def from_torch(cls, sequential: torch.nn.Sequential, **kwargs) -> MLP:
+        """An MLP with the weights of ``Linear, act, Linear, act, ..., Linear[, act]`` (a copy).
+
+        Hidden activations must all be the same module type; a trailing activation becomes
+        ``output_activation``. Sine and exp have no torch module, so they cannot come from here.
+        """
+        modules = list(sequential)
+        linears = [m for m in modules if isinstance(m, torch.nn.Linear)]
+        acts = [m for m in modules if not isinstance(m, torch.nn.Linear)]
+        if not linears or not isinstance(modules[0], torch.nn.Linear):
+            raise ValueError("MLP.from_torch(): expected a Sequential starting with nn.Linear")
+        names, params = [], {}
+        for module in acts:
+            entry = _TORCH_ACTIVATIONS.get(type(module))
+            if entry is None:
+                raise ValueError(f"MLP.from_torch(): unsupported module {type(module).__name__}")
+            names.append(entry[0])
+            if entry[1] == "softplus_beta":
+                params["softplus_beta"] = float(module.beta)
+            elif entry[1] == "leaky_slope":
+                params["leaky_slope"] = float(module.negative_slope)
+        trailing = not isinstance(modules[-1], torch.nn.Linear)
+        hidden_names = names[:-1] if trailing else names
+        if len(set(hidden_names)) > 1 or len(hidden_names) != len(linears) - 1:
+            raise ValueError("MLP.from_torch(): expected one activation of a single type between "
+                             "consecutive Linear layers")
+        first, last = linears[0], linears[-1]
+        hidden = first.out_features if len(linears) > 1 else first.in_features
+        bias = first.bias is not None
+        net = cls(first.in_features, last.out_features, hidden, len(linears) - 1,
+                  activation=hidden_names[0] if hidden_names else "relu",
+                  output_activation=names[-1] if trailing else "none", bias=bias,
+                  device=first.weight.device, dtype=first.weight.dtype, **params, **kwargs)
+        with torch.no_grad():
+            for k, lin in enumerate(linears):
+                if tuple(net.weights[k].shape) != tuple(lin.weight.shape):
+                    raise ValueError("MLP.from_torch(): expected equal hidden widths")
+                net.weights[k].copy_(lin.weight)
+                if bias:
+                    net.biases[k].copy_(lin.bias)
+        return net

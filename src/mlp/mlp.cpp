@@ -1,0 +1,475 @@
+// SPDX-License-Identifier: Apache-2.0
+// The MLP front: validates every argument, describes the network as a Problem of LayerViews and
+// hands the work to the CPU, CUDA or CUDA tensor-core driver. All checks live here, so the C++ API
+// and Python give the same messages.
+#include "fieldfuse/mlp.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "mlp/mlp_drivers.h"
+
+namespace fieldfuse {
+namespace {
+
+using detail::fail;
+using detail::is_absent;
+using detail::mlp::Activation;
+using detail::mlp::LayerView;
+using detail::mlp::MatrixView;
+using detail::mlp::Problem;
+
+constexpr const char* kForwardOp = "mlp";
+constexpr const char* kBackwardOp = "mlp_backward";
+constexpr const char* kDoubleBackwardOp = "mlp_double_backward";
+
+constexpr int64_t kWidthMultiple = 16;
+constexpr int64_t kMaxHiddenWidth = 256;
+
+struct NamedActivation {
+  const char* name;
+  Activation kind;
+};
+constexpr NamedActivation kActivations[] = {
+    {"relu", Activation::ReLU},         {"leaky_relu", Activation::LeakyReLU},
+    {"softplus", Activation::Softplus}, {"sine", Activation::Sine},
+    {"tanh", Activation::Tanh},         {"sigmoid", Activation::Sigmoid},
+    {"silu", Activation::SiLU},         {"exp", Activation::Exp},
+    {"none", Activation::None}};
+
+Activation parse_activation(const char* op, const char* arg, const char* name) {
+  std::string names;
+  for (const NamedActivation& a : kActivations) {
+    if (name != nullptr && std::strcmp(name, a.name) == 0) return a.kind;
+    names += std::string(names.empty() ? "" : ", ") + a.name;
+  }
+  fail(ErrorKind::Value, op,
+       "expected " + std::string(arg) + " to be one of " + names + ", but got " +
+           (name == nullptr ? std::string("null") : "\"" + std::string(name) + "\""));
+}
+
+std::string indexed(const char* arg, int k) {
+  return std::string(arg) + "[" + std::to_string(k) + "]";
+}
+
+void check_finite(const char* op, const char* arg, double value) {
+  if (!std::isfinite(value)) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to be finite, but got " + detail::number_text(value));
+  }
+}
+
+/// x, a weight or a bias: float32 or float64 (16-bit inputs are not accepted: 16-bit compute is
+/// asked for with compute_dtype, on float32 parameters).
+void check_parameter_dtype(const char* op, const char* arg, const TensorRef& t) {
+  if (t.dtype != DType::Float32 && t.dtype != DType::Float64) {
+    fail(ErrorKind::Type, op,
+         "expected " + std::string(arg) +
+             " to have dtype float32 or float64 (16-bit compute is chosen with compute_dtype), "
+             "but got " +
+             dtype_name(t.dtype));
+  }
+}
+
+void check_two_dims(const char* op, const char* arg, const TensorRef& t, const char* layout) {
+  if (t.ndim != 2) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to be 2-D " + layout + ", but got shape " +
+             t.shape_str());
+  }
+}
+
+/// An input that shares x's device and dtype.
+void check_like_x(const char* op, const char* arg, const TensorRef& t, const TensorRef& x,
+                  bool needs_data) {
+  detail::check_storage(op, arg, t, needs_data);
+  detail::check_same_device(op, arg, t, "x", x);
+  detail::check_dtype(op, arg, t, x.dtype, "the dtype of x");
+}
+
+/// The layer table and options of a call: everything every entry checks first. `needs_data` is
+/// false for the workspace queries, which read metadata only.
+struct Network {
+  Problem problem;
+  std::vector<LayerView> layers;
+
+  Network(const char* op, const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
+          int num_layers, const MLPOptions& options, bool needs_data) {
+    detail::check_storage(op, "x", x, needs_data);
+    check_two_dims(op, "x", x, "[B, in]");
+    detail::check_device_supported(op, "x", x);
+    check_parameter_dtype(op, "x", x);
+    if (num_layers < 1 || weights == nullptr) {
+      fail(ErrorKind::Value, op,
+           "expected weights to hold at least one layer, but got " +
+               std::to_string(weights == nullptr ? 0 : num_layers));
+    }
+    layers.resize(static_cast<std::size_t>(num_layers));
+    int64_t in = x.sizes[1];
+    for (int k = 0; k < num_layers; ++k) {
+      const std::string w = indexed("weights", k);
+      check_like_x(op, w.c_str(), weights[k], x, needs_data);
+      check_two_dims(op, w.c_str(), weights[k], "[out, in]");
+      const int64_t out = weights[k].sizes[0];
+      if (weights[k].sizes[1] != in) {
+        const std::string source =
+            k == 0 ? "x's width " + std::to_string(in)
+                   : "weights[" + std::to_string(k - 1) + "]'s out " + std::to_string(in);
+        fail(ErrorKind::Value, op,
+             "expected " + w + " to have in = " + std::to_string(in) + " columns (" + source +
+                 "), but got shape " + weights[k].shape_str());
+      }
+      const bool hidden = k + 1 < num_layers;
+      if (hidden && (out % kWidthMultiple != 0 || out < kWidthMultiple || out > kMaxHiddenWidth)) {
+        fail(ErrorKind::Value, op,
+             "expected " + w +
+                 " to have a hidden width (rows) that is a multiple of 16 from 16 to " +
+                 std::to_string(kMaxHiddenWidth) + ", but got shape " + weights[k].shape_str());
+      }
+      if (in < 1 || out < 1) {
+        fail(ErrorKind::Value, op,
+             "expected " + w + " to have non-zero sizes, but got shape " + weights[k].shape_str());
+      }
+      LayerView& layer = layers[static_cast<std::size_t>(k)];
+      layer.in = in;
+      layer.out = out;
+      layer.weight = weights[k].data;
+      layer.weight_stride_out = weights[k].strides[0];
+      layer.weight_stride_in = weights[k].strides[1];
+      if (biases != nullptr && !is_absent(biases[k])) {
+        const std::string b = indexed("biases", k);
+        check_like_x(op, b.c_str(), biases[k], x, needs_data);
+        detail::check_shape(
+            op, b.c_str(), biases[k], {out},
+            ("[" + std::to_string(out) + "] (weights[" + std::to_string(k) + "]'s out)").c_str());
+        layer.bias = biases[k].data;
+        layer.bias_stride = biases[k].strides[0];
+      }
+      in = out;
+    }
+    problem.op = op;
+    problem.dtype = x.dtype;
+    problem.compute_dtype = compute_dtype(op, x, options);
+    problem.device = x.device;
+    problem.batch = x.sizes[0];
+    problem.num_layers = num_layers;
+    problem.layers = layers.data();
+    problem.activation = parse_activation(op, "activation", options.activation);
+    problem.output_activation =
+        parse_activation(op, "output_activation", options.output_activation);
+    check_finite(op, "softplus_beta", options.softplus_beta);
+    if (options.softplus_beta <= 0.0) {
+      fail(ErrorKind::Value, op,
+           "expected softplus_beta to be > 0, but got " +
+               detail::number_text(options.softplus_beta));
+    }
+    check_finite(op, "sine_omega0", options.sine_omega0);
+    check_finite(op, "leaky_slope", options.leaky_slope);
+    problem.params.softplus_beta = options.softplus_beta;
+    problem.params.sine_omega0 = options.sine_omega0;
+    problem.params.leaky_slope = options.leaky_slope;
+  }
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  static DType compute_dtype(const char* op, const TensorRef& x, const MLPOptions& options) {
+    if (!options.compute_dtype || *options.compute_dtype == x.dtype) return x.dtype;
+    const DType c = *options.compute_dtype;
+    if (c != DType::Float16 && c != DType::BFloat16) {
+      fail(ErrorKind::Type, op,
+           std::string("expected compute_dtype to be None, x's dtype (") + dtype_name(x.dtype) +
+               "), float16 or bfloat16, but got " + dtype_name(c));
+    }
+    if (!x.device.is_cuda()) {
+      fail(ErrorKind::NotImplemented, op,
+           std::string("compute_dtype ") + dtype_name(c) +
+               " runs on CUDA tensor cores only, but x is on " + x.device.str() +
+               " (leave compute_dtype None on the CPU)");
+    }
+    if (x.dtype != DType::Float32) {
+      fail(ErrorKind::Type, op,
+           std::string("expected x, weights and biases to be float32 (the master dtype) with "
+                       "compute_dtype ") +
+               dtype_name(c) + ", but got x of dtype " + dtype_name(x.dtype));
+    }
+    return c;
+  }
+};
+
+MatrixView matrix_view(const TensorRef& t) {
+  return MatrixView{t.data, t.strides[0], t.strides[1]};
+}
+
+/// An input matrix [B, cols] on x's device in x's dtype (grad_out, grad_grad_x).
+MatrixView checked_matrix(const char* op, const char* arg, const TensorRef& t, const TensorRef& x,
+                          int64_t cols, const char* layout) {
+  check_like_x(op, arg, t, x, true);
+  detail::check_shape(op, arg, t, {x.sizes[0], cols}, layout);
+  return matrix_view(t);
+}
+
+/// The inputs every output of a call must stay clear of.
+struct Inputs {
+  const TensorRef& x;
+  const TensorRef* weights;
+  const TensorRef* biases;
+  int num_layers;
+  const TensorRef* extra[2];  ///< grad_out, grad_grad_x where the entry takes them
+  const char* extra_names[2];
+};
+
+/// A contiguous output of x's dtype and device, shaped `expected` (`layout` for the message),
+/// disjoint from every input. Returns its data pointer.
+void* checked_output(const char* op, const std::string& arg, const TensorRef& t,
+                     std::initializer_list<int64_t> expected, const std::string& layout,
+                     const Inputs& in) {
+  const char* name = arg.c_str();
+  check_like_x(op, name, t, in.x, true);
+  detail::check_shape(op, name, t, expected, layout.c_str());
+  detail::check_contiguous(op, name, t);
+  detail::check_disjoint(op, name, t, "x", in.x);
+  for (int k = 0; k < in.num_layers; ++k) {
+    detail::check_disjoint(op, name, t, indexed("weights", k).c_str(), in.weights[k]);
+    if (in.biases != nullptr && !is_absent(in.biases[k])) {
+      detail::check_disjoint(op, name, t, indexed("biases", k).c_str(), in.biases[k]);
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (in.extra[i] != nullptr)
+      detail::check_disjoint(op, name, t, in.extra_names[i], *in.extra[i]);
+  }
+  return t.data;
+}
+
+std::string shape_text(int64_t rows, int64_t cols) {
+  return "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+}
+
+/// Parameter-gradient outputs (null arrays: not wanted) into the network's layer table.
+void bind_parameter_grads(const char* op, Network& net, const TensorRef* grad_weights,
+                          const TensorRef* grad_biases, const TensorRef* biases, const Inputs& in) {
+  for (int k = 0; k < net.problem.num_layers; ++k) {
+    LayerView& layer = net.layers[static_cast<std::size_t>(k)];
+    if (grad_weights != nullptr) {
+      layer.grad_weight =
+          checked_output(op, indexed("grad_weights", k), grad_weights[k], {layer.out, layer.in},
+                         shape_text(layer.out, layer.in), in);
+    }
+    if (grad_biases == nullptr) continue;
+    const bool has_bias = biases != nullptr && !is_absent(biases[k]);
+    if (!has_bias) {
+      if (!is_absent(grad_biases[k])) {
+        fail(ErrorKind::Value, op,
+             "expected grad_biases[" + std::to_string(k) + "] to be absent (layer " +
+                 std::to_string(k) + " has no bias), but got shape " + grad_biases[k].shape_str());
+      }
+      continue;
+    }
+    layer.grad_bias = checked_output(op, indexed("grad_biases", k), grad_biases[k], {layer.out},
+                                     "[" + std::to_string(layer.out) + "]", in);
+  }
+}
+
+/// The double backward's optional upstream gradients of grad_weights / grad_biases (inputs, any
+/// strides; absent entries and null arrays are zero) into the layer table.
+void bind_upstream_parameter_grads(const char* op, Network& net, const TensorRef* grad_grad_weights,
+                                   const TensorRef* grad_grad_biases, const TensorRef* biases,
+                                   const TensorRef& x) {
+  for (int k = 0; k < net.problem.num_layers; ++k) {
+    LayerView& layer = net.layers[static_cast<std::size_t>(k)];
+    if (grad_grad_weights != nullptr && !is_absent(grad_grad_weights[k])) {
+      const std::string arg = indexed("grad_grad_weights", k);
+      check_like_x(op, arg.c_str(), grad_grad_weights[k], x, true);
+      detail::check_shape(
+          op, arg.c_str(), grad_grad_weights[k], {layer.out, layer.in},
+          (shape_text(layer.out, layer.in) + " (the shape of weights[" + std::to_string(k) + "])")
+              .c_str());
+      layer.grad_grad_weight = grad_grad_weights[k].data;
+      layer.grad_grad_weight_stride_out = grad_grad_weights[k].strides[0];
+      layer.grad_grad_weight_stride_in = grad_grad_weights[k].strides[1];
+    }
+    if (grad_grad_biases == nullptr || is_absent(grad_grad_biases[k])) continue;
+    const std::string arg = indexed("grad_grad_biases", k);
+    if (biases == nullptr || is_absent(biases[k])) {
+      fail(ErrorKind::Value, op,
+           "expected " + arg + " to be absent (layer " + std::to_string(k) +
+               " has no bias), but got shape " + grad_grad_biases[k].shape_str());
+    }
+    check_like_x(op, arg.c_str(), grad_grad_biases[k], x, true);
+    detail::check_shape(op, arg.c_str(), grad_grad_biases[k], {layer.out},
+                        ("[" + std::to_string(layer.out) + "]").c_str());
+    layer.grad_grad_bias = grad_grad_biases[k].data;
+    layer.grad_grad_bias_stride = grad_grad_biases[k].strides[0];
+  }
+}
+
+/// A 16-bit compute_dtype (only ever set for CUDA tensors) selects the tensor-core driver.
+bool tensor_core(const Problem& p) { return p.compute_dtype != p.dtype; }
+
+// The workspace of each entry on x's device and driver.
+std::size_t forward_bytes(const Network& net) {
+#if FIELDFUSE_WITH_CUDA
+  if (net.problem.device.is_cuda()) {
+    return tensor_core(net.problem) ? detail::mlp::forward_workspace_cuda_tensor_core(net.problem)
+                                    : detail::mlp::forward_workspace_cuda(net.problem);
+  }
+#endif
+  return detail::mlp::forward_workspace_cpu(net.problem);
+}
+
+std::size_t backward_bytes(const Network& net) {
+#if FIELDFUSE_WITH_CUDA
+  if (net.problem.device.is_cuda()) {
+    return tensor_core(net.problem) ? detail::mlp::backward_workspace_cuda_tensor_core(net.problem)
+                                    : detail::mlp::backward_workspace_cuda(net.problem);
+  }
+#endif
+  return detail::mlp::backward_workspace_cpu(net.problem);
+}
+
+std::size_t double_backward_bytes(const Network& net) {
+#if FIELDFUSE_WITH_CUDA
+  if (net.problem.device.is_cuda()) {
+    return tensor_core(net.problem)
+               ? detail::mlp::double_backward_workspace_cuda_tensor_core(net.problem)
+               : detail::mlp::double_backward_workspace_cuda(net.problem);
+  }
+#endif
+  return detail::mlp::double_backward_workspace_cpu(net.problem);
+}
+
+}  // namespace
+
+// --- mlp_forward -----------------------------------------------------------------------------
+
+std::size_t mlp_forward_workspace_size(const TensorRef& x, const TensorRef* weights,
+                                       const TensorRef* biases, int num_layers,
+                                       const MLPOptions& options) {
+  const Network net(kForwardOp, x, weights, biases, num_layers, options, false);
+  return forward_bytes(net);
+}
+
+void mlp_forward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
+                 int num_layers, const MLPOptions& options, const TensorRef& out, void* workspace,
+                 std::size_t workspace_bytes, Stream stream) {
+  constexpr const char* op = kForwardOp;
+  const Network net(op, x, weights, biases, num_layers, options, true);
+  const Inputs in{x, weights, biases, num_layers, {nullptr, nullptr}, {"", ""}};
+  const int64_t cols = net.problem.out_features();
+  detail::mlp::ForwardArgs args;
+  args.problem = net.problem;
+  args.x = matrix_view(x);
+  args.out = checked_output(op, "out", out, {x.sizes[0], cols},
+                            shape_text(x.sizes[0], cols) + " (B, the last layer's out)", in);
+  detail::check_workspace(op, workspace, workspace_bytes, forward_bytes(net));
+  args.workspace = workspace;
+  args.workspace_bytes = workspace_bytes;
+  args.stream = stream;
+#if FIELDFUSE_WITH_CUDA
+  if (x.device.is_cuda()) {
+    if (tensor_core(args.problem)) return detail::mlp::forward_cuda_tensor_core(args);
+    return detail::mlp::forward_cuda(args);
+  }
+#endif
+  detail::mlp::forward_cpu(args);
+}
+
+// --- mlp_backward ----------------------------------------------------------------------------
+
+std::size_t mlp_backward_workspace_size(const TensorRef& x, const TensorRef* weights,
+                                        const TensorRef* biases, int num_layers,
+                                        const MLPOptions& options) {
+  const Network net(kBackwardOp, x, weights, biases, num_layers, options, false);
+  return backward_bytes(net);
+}
+
+void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
+                  int num_layers, const MLPOptions& options, const TensorRef& grad_out,
+                  const TensorRef* grad_x, const TensorRef* grad_weights,
+                  const TensorRef* grad_biases, void* workspace, std::size_t workspace_bytes,
+                  Stream stream) {
+  constexpr const char* op = kBackwardOp;
+  Network net(op, x, weights, biases, num_layers, options, true);
+  const int64_t batch = x.sizes[0], in_cols = x.sizes[1], out_cols = net.problem.out_features();
+  const Inputs in{x, weights, biases, num_layers, {&grad_out, nullptr}, {"grad_out", ""}};
+  detail::mlp::BackwardArgs args;
+  args.x = matrix_view(x);
+  args.grad_out =
+      checked_matrix(op, "grad_out", grad_out, x, out_cols,
+                     (shape_text(batch, out_cols) + " (the shape of the output)").c_str());
+  if (grad_x != nullptr) {
+    args.grad_x = checked_output(op, "grad_x", *grad_x, {batch, in_cols},
+                                 shape_text(batch, in_cols) + " (the shape of x)", in);
+  }
+  bind_parameter_grads(op, net, grad_weights, grad_biases, biases, in);
+  detail::check_workspace(op, workspace, workspace_bytes, backward_bytes(net));
+  args.problem = net.problem;
+  args.workspace = workspace;
+  args.workspace_bytes = workspace_bytes;
+  args.stream = stream;
+#if FIELDFUSE_WITH_CUDA
+  if (x.device.is_cuda()) {
+    if (tensor_core(args.problem)) return detail::mlp::backward_cuda_tensor_core(args);
+    return detail::mlp::backward_cuda(args);
+  }
+#endif
+  detail::mlp::backward_cpu(args);
+}
+
+// --- mlp_double_backward ---------------------------------------------------------------------
+
+std::size_t mlp_double_backward_workspace_size(const TensorRef& x, const TensorRef* weights,
+                                               const TensorRef* biases, int num_layers,
+                                               const MLPOptions& options) {
+  const Network net(kDoubleBackwardOp, x, weights, biases, num_layers, options, false);
+  return double_backward_bytes(net);
+}
+
+void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
+                         int num_layers, const MLPOptions& options, const TensorRef& grad_out,
+                         const TensorRef& grad_grad_x, const TensorRef* grad_grad_weights,
+                         const TensorRef* grad_grad_biases, const TensorRef* grad_grad_out,
+                         const TensorRef* grad_x, const TensorRef* grad_weights,
+                         const TensorRef* grad_biases, void* workspace, std::size_t workspace_bytes,
+                         Stream stream) {
+  constexpr const char* op = kDoubleBackwardOp;
+  Network net(op, x, weights, biases, num_layers, options, true);
+  const int64_t batch = x.sizes[0], in_cols = x.sizes[1], out_cols = net.problem.out_features();
+  const Inputs in{
+      x, weights, biases, num_layers, {&grad_out, &grad_grad_x}, {"grad_out", "grad_grad_x"}};
+  detail::mlp::DoubleBackwardArgs args;
+  args.x = matrix_view(x);
+  args.grad_out =
+      checked_matrix(op, "grad_out", grad_out, x, out_cols,
+                     (shape_text(batch, out_cols) + " (the shape of the output)").c_str());
+  args.grad_grad_x = checked_matrix(op, "grad_grad_x", grad_grad_x, x, in_cols,
+                                    (shape_text(batch, in_cols) + " (the shape of x)").c_str());
+  bind_upstream_parameter_grads(op, net, grad_grad_weights, grad_grad_biases, biases, x);
+  if (grad_grad_out != nullptr) {
+    args.grad_grad_out =
+        checked_output(op, "grad_grad_out", *grad_grad_out, {batch, out_cols},
+                       shape_text(batch, out_cols) + " (the shape of grad_out)", in);
+  }
+  if (grad_x != nullptr) {
+    args.grad_x = checked_output(op, "grad_x", *grad_x, {batch, in_cols},
+                                 shape_text(batch, in_cols) + " (the shape of x)", in);
+  }
+  bind_parameter_grads(op, net, grad_weights, grad_biases, biases, in);
+  detail::check_workspace(op, workspace, workspace_bytes, double_backward_bytes(net));
+  args.problem = net.problem;
+  args.workspace = workspace;
+  args.workspace_bytes = workspace_bytes;
+  args.stream = stream;
+#if FIELDFUSE_WITH_CUDA
+  if (x.device.is_cuda()) {
+    if (tensor_core(args.problem)) return detail::mlp::double_backward_cuda_tensor_core(args);
+    return detail::mlp::double_backward_cuda(args);
+  }
+#endif
+  detail::mlp::double_backward_cpu(args);
+}
+
+}  // namespace fieldfuse

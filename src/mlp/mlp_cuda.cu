@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA SIMT driver of the MLP family (float32 and float64): the fused row-tile kernels of
+// mlp_cuda_tile.cuh over the FMA engine.
+#include "mlp/mlp_cuda_tile.cuh"
+#include "mlp/mlp_drivers.h"
+
+namespace fieldfuse::detail::mlp {
+namespace {
+
+// 64 rows per tile: one 64-row product tile (the SIMT engine's M) per layer and sweep.
+template <class T>
+using Simt = tile::SimtEngine<T, T, 64>;
+
+template <class F>
+decltype(auto) dispatch(const Problem& p, const F& f) {
+  return dispatch_float_types(p.op, p.dtype,
+                              [&](auto tag) { return f(Simt<typename decltype(tag)::type>{}); });
+}
+
+}  // namespace
+
+std::size_t forward_workspace_cuda(const Problem& problem) {
+  return dispatch(problem, [&](auto engine) {
+    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::Forward);
+  });
+}
+
+std::size_t backward_workspace_cuda(const Problem& problem) {
+  return dispatch(problem, [&](auto engine) {
+    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::Backward);
+  });
+}
+
+std::size_t double_backward_workspace_cuda(const Problem& problem) {
+  return dispatch(problem, [&](auto engine) {
+    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::DoubleBackward);
+  });
+}
+
+void forward_cuda(const ForwardArgs& args) {
+  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+}
+
+void backward_cuda(const BackwardArgs& args) {
+  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+}
+
+void double_backward_cuda(const DoubleBackwardArgs& args) {
+  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+}
+
+}  // namespace fieldfuse::detail::mlp

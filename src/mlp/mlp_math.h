@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// The MLP's one definition of every activation σ and its derivatives σ′, σ″, shared by the CPU
+// driver and the CUDA kernels (SIMT and tensor-core).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/macros.h"
+
+namespace fieldfuse::detail::mlp {
+
+enum class Activation : int32_t { None, ReLU, LeakyReLU, Softplus, Sine, Tanh, Sigmoid, SiLU, Exp };
+
+/// The runtime activation parameters (each activation reads only its own).
+struct ActivationParams {
+  double softplus_beta = 1.0;
+  double sine_omega0 = 30.0;
+  double leaky_slope = 0.01;
+};
+
+// Float and double overloads of the transcendental functions, spelled so both g++ and nvcc pick
+// the single-precision versions for float (std:: overloads are not device functions everywhere).
+FF_HOST_DEVICE FF_FORCE_INLINE float exp_of(float x) { return expf(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE double exp_of(double x) { return exp(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE float log1p_of(float x) { return log1pf(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE double log1p_of(double x) { return log1p(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE float sin_of(float x) { return sinf(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE double sin_of(double x) { return sin(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE float cos_of(float x) { return cosf(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE double cos_of(double x) { return cos(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE float tanh_of(float x) { return tanhf(x); }
+FF_HOST_DEVICE FF_FORCE_INLINE double tanh_of(double x) { return tanh(x); }
+
+/// σ(p), σ′(p) and σ″(p) of one pre-activation.
+template <class T>
+struct Derivs {
+  T value, d1, d2;
+};
+
+// Each activation is a small policy type: `value(p)` = σ(p), `d1(p)` = σ′(p) and `all(p)` = all
+// three at once. Policies are compile-time types so a driver's inner loop has no switch in it
+// (the drivers pick the policy once per layer with visit_activation). NaN propagates through every
+// σ (comparisons are written so that a NaN takes the arithmetic branch, as PyTorch's ops do).
+
+template <class T>
+struct Identity {
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return p; }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T) const { return T(1); }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const { return {p, T(1), T(0)}; }
+};
+
+/// σ″ = 0 away from 0 (PyTorch's double backward also uses 0 at the kink).
+template <class T>
+struct ReLU {
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return p <= T(0) ? T(0) : p; }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const { return p > T(0) ? T(1) : T(0); }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const { return {value(p), d1(p), T(0)}; }
+};
+
+template <class T>
+struct LeakyReLU {
+  T slope;
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return p > T(0) ? p : slope * p; }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const { return p > T(0) ? T(1) : slope; }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const { return {value(p), d1(p), T(0)}; }
+};
+
+/// PyTorch's threshold: where βp > 20, σ(p) = p exactly (log1p(exp(βp)) would overflow far later,
+/// but matching PyTorch keeps the two comparable bit for bit in that region), σ′ = 1, σ″ = 0.
+constexpr double kSoftplusThreshold = 20.0;
+
+template <class T>
+struct Softplus {
+  T beta;
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const {
+    const T z = beta * p;
+    return z > T(kSoftplusThreshold) ? p : log1p_of(exp_of(z)) / beta;
+  }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const {
+    const T z = beta * p;
+    return z > T(kSoftplusThreshold) ? T(1) : T(1) / (T(1) + exp_of(-z));
+  }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
+    const T z = beta * p;
+    if (z > T(kSoftplusThreshold)) return {p, T(1), T(0)};
+    const T s = T(1) / (T(1) + exp_of(-z));  // sigmoid(βp)
+    return {log1p_of(exp_of(z)) / beta, s, beta * s * (T(1) - s)};
+  }
+};
+
+/// SIREN's sin(ω₀p): σ′ = ω₀cos(ω₀p), σ″ = −ω₀² sin(ω₀p).
+template <class T>
+struct Sine {
+  T omega0;
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return sin_of(omega0 * p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const { return omega0 * cos_of(omega0 * p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
+    const T s = sin_of(omega0 * p);
+    return {s, omega0 * cos_of(omega0 * p), -omega0 * omega0 * s};
+  }
+};
+
+template <class T>
+struct Tanh {
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return tanh_of(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const {
+    const T t = tanh_of(p);
+    return T(1) - t * t;
+  }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
+    const T t = tanh_of(p);
+    const T d = T(1) - t * t;
+    return {t, d, T(-2) * t * d};
+  }
+};
+
+/// 1/(1 + e^{−p}): exp(−p) overflows to inf for very negative p, which gives the right limit 0.
+template <class T>
+FF_HOST_DEVICE FF_FORCE_INLINE T logistic(T p) {
+  return T(1) / (T(1) + exp_of(-p));
+}
+
+template <class T>
+struct Sigmoid {
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return logistic(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const {
+    const T s = logistic(p);
+    return s * (T(1) - s);
+  }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
+    const T s = logistic(p);
+    const T d = s * (T(1) - s);
+    return {s, d, d * (T(1) - T(2) * s)};
+  }
+};
+
+/// p·s(p): σ′ = s(1 + p(1 − s)), σ″ = s(1 − s)(2 + p(1 − 2s)).
+template <class T>
+struct SiLU {
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return p * logistic(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const {
+    const T s = logistic(p);
+    return s * (T(1) + p * (T(1) - s));
+  }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
+    const T s = logistic(p);
+    return {p * s, s * (T(1) + p * (T(1) - s)), s * (T(1) - s) * (T(2) + p * (T(1) - T(2) * s))};
+  }
+};
+
+template <class T>
+struct Exp {
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return exp_of(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const { return exp_of(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
+    const T e = exp_of(p);
+    return {e, e, e};
+  }
+};
+
+/// Calls `run(policy)` with the policy of `kind` in compute type T (host-side dispatch, once per
+/// layer or launch).
+template <class T, class Run>
+decltype(auto) visit_activation(Activation kind, const ActivationParams& params, const Run& run) {
+  switch (kind) {
+    case Activation::ReLU:
+      return run(ReLU<T>{});
+    case Activation::LeakyReLU:
+      return run(LeakyReLU<T>{T(params.leaky_slope)});
+    case Activation::Softplus:
+      return run(Softplus<T>{T(params.softplus_beta)});
+    case Activation::Sine:
+      return run(Sine<T>{T(params.sine_omega0)});
+    case Activation::Tanh:
+      return run(Tanh<T>{});
+    case Activation::Sigmoid:
+      return run(Sigmoid<T>{});
+    case Activation::SiLU:
+      return run(SiLU<T>{});
+    case Activation::Exp:
+      return run(Exp<T>{});
+    case Activation::None:
+      break;
+  }
+  return run(Identity<T>{});
+}
+
+/// Runtime evaluation of all three derivatives (tests, and kernels that keep the kind at run time).
+template <class T>
+FF_HOST_DEVICE inline Derivs<T> activation_derivs(Activation kind, const ActivationParams& params,
+                                                  T p) {
+  switch (kind) {
+    case Activation::ReLU:
+      return ReLU<T>{}.all(p);
+    case Activation::LeakyReLU:
+      return LeakyReLU<T>{T(params.leaky_slope)}.all(p);
+    case Activation::Softplus:
+      return Softplus<T>{T(params.softplus_beta)}.all(p);
+    case Activation::Sine:
+      return Sine<T>{T(params.sine_omega0)}.all(p);
+    case Activation::Tanh:
+      return Tanh<T>{}.all(p);
+    case Activation::Sigmoid:
+      return Sigmoid<T>{}.all(p);
+    case Activation::SiLU:
+      return SiLU<T>{}.all(p);
+    case Activation::Exp:
+      return Exp<T>{}.all(p);
+    case Activation::None:
+      break;
+  }
+  return Identity<T>{}.all(p);
+}
+
+}  // namespace fieldfuse::detail::mlp

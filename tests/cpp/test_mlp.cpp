@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tests of the MLP family: σ′ and σ″ of every activation (mlp_math.h) against finite differences,
+// the C++ forward and backward against naive loops, and the front's checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "fieldfuse/mlp.h"
+
+#if FIELDFUSE_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
+#include "mlp/mlp_math.h"
+
+namespace fftest {
+namespace {
+
+namespace m = fieldfuse::detail::mlp;
+using fieldfuse::DType;
+using fieldfuse::TensorRef;
+
+constexpr uint32_t kSeed = 20261124u;  // fixed, so a failure reproduces
+
+TEST(MlpMath, DerivativesMatchFiniteDifferences) {
+  const m::ActivationParams params{2.0, 1.5, 0.1};
+  const m::Activation kinds[] = {
+      m::Activation::None,     m::Activation::ReLU, m::Activation::LeakyReLU,
+      m::Activation::Softplus, m::Activation::Sine, m::Activation::Tanh,
+      m::Activation::Sigmoid,  m::Activation::SiLU, m::Activation::Exp};
+  const double h = 1e-5;
+  for (const m::Activation kind : kinds) {
+    for (const double p : {-2.3, -0.7, 0.4, 1.9}) {  // away from the ReLU kink
+      const auto d = m::activation_derivs<double>(kind, params, p);
+      const auto lo = m::activation_derivs<double>(kind, params, p - h);
+      const auto hi = m::activation_derivs<double>(kind, params, p + h);
+      EXPECT_NEAR(d.d1, (hi.value - lo.value) / (2 * h), 1e-6) << int(kind) << " at " << p;
+      EXPECT_NEAR(d.d2, (hi.d1 - lo.d1) / (2 * h), 1e-6) << int(kind) << " at " << p;
+      // The compile-time policies agree with the runtime switch.
+      m::visit_activation<double>(kind, params, [&](auto act) {
+        EXPECT_EQ(act.value(p), d.value);
+        EXPECT_EQ(act.d1(p), d.d1);
+      });
+    }
+  }
+}
+
+TEST(MlpMath, SoftplusFollowsPyTorchThreshold) {
+  const m::Softplus<double> sp{2.0};
+  EXPECT_EQ(sp.value(10.5), 10.5);  // βp = 21 > 20: exactly p
+  EXPECT_EQ(sp.all(10.5).d2, 0.0);
+  EXPECT_NEAR(sp.value(0.0), std::log(2.0) / 2.0, 1e-15);
+}
+
+TensorRef ref(std::vector<double>& data, std::initializer_list<int64_t> sizes) {
+  return TensorRef::contiguous(data.data(), DType::Float64, {}, sizes);
+}
+
+/// y = W2 tanh(W1 x + b1) + b2 and its input and weight gradients, naively.
+TEST(MlpApi, ForwardAndBackwardMatchNaiveLoops) {
+  std::mt19937 rng(kSeed);
+  std::normal_distribution<double> normal;
+  const int64_t B = 5, I = 3, H = 16, O = 2;
+  std::vector<double> x(B * I), w1(H * I), b1(H), w2(O * H), b2(O), out(B * O), g(B * O);
+  for (auto* v : {&x, &w1, &b1, &w2, &b2, &g})
+    for (double& e : *v) e = 0.5 * normal(rng);
+  TensorRef weights[2] = {ref(w1, {H, I}), ref(w2, {O, H})};
+  TensorRef biases[2] = {ref(b1, {H}), ref(b2, {O})};
+  fieldfuse::MLPOptions options;
+  options.activation = "tanh";
+  const TensorRef xr = ref(x, {B, I});
+  std::vector<char> ws(fieldfuse::mlp_forward_workspace_size(xr, weights, biases, 2, options));
+  fieldfuse::mlp_forward(xr, weights, biases, 2, options, ref(out, {B, O}), ws.data(), ws.size());
+  std::vector<double> gx(B * I), gw1(H * I), gb1(H), gw2(O * H), gb2(O);
+  TensorRef grad_x = ref(gx, {B, I});
+  TensorRef grad_w[2] = {ref(gw1, {H, I}), ref(gw2, {O, H})};
+  TensorRef grad_b[2] = {ref(gb1, {H}), ref(gb2, {O})};
+  ws.resize(fieldfuse::mlp_backward_workspace_size(xr, weights, biases, 2, options));
+  fieldfuse::mlp_backward(xr, weights, biases, 2, options, ref(g, {B, O}), &grad_x, grad_w, grad_b,
+                          ws.data(), ws.size());
+  std::vector<double> nw1(H * I, 0), nw2(O * H, 0);
+  for (int64_t r = 0; r < B; ++r) {
+    double a[H], d[H];
+    for (int64_t j = 0; j < H; ++j) {
+      double p = b1[j];
+      for (int64_t i = 0; i < I; ++i) p += w1[j * I + i] * x[r * I + i];
+      a[j] = std::tanh(p);
+    }
+    for (int64_t o = 0; o < O; ++o) {
+      double y = b2[o];
+      for (int64_t j = 0; j < H; ++j) y += w2[o * H + j] * a[j];
+      EXPECT_NEAR(out[r * O + o], y, 1e-13);
+      for (int64_t j = 0; j < H; ++j) nw2[o * H + j] += g[r * O + o] * a[j];
+    }
+    for (int64_t j = 0; j < H; ++j) {
+      double s = 0;
+      for (int64_t o = 0; o < O; ++o) s += g[r * O + o] * w2[o * H + j];
+      d[j] = s * (1 - a[j] * a[j]);
+      for (int64_t i = 0; i < I; ++i) nw1[j * I + i] += d[j] * x[r * I + i];
+    }
+    for (int64_t i = 0; i < I; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < H; ++j) s += d[j] * w1[j * I + i];
+      EXPECT_NEAR(gx[r * I + i], s, 1e-13);
+    }
+  }
+  for (int64_t e = 0; e < H * I; ++e) EXPECT_NEAR(gw1[e], nw1[e], 1e-13);
+  for (int64_t e = 0; e < O * H; ++e) EXPECT_NEAR(gw2[e], nw2[e], 1e-13);
+}
+
+TEST(MlpApi, RejectsHiddenWidthNotMultipleOf16) {
+  std::vector<double> x(6), w1(15 * 3), w2(2 * 15);
+  TensorRef weights[2] = {ref(w1, {15, 3}), ref(w2, {2, 15})};
+  try {
+    fieldfuse::mlp_forward_workspace_size(ref(x, {2, 3}), weights, nullptr, 2, {});
+    FAIL() << "expected an error";
+  } catch (const fieldfuse::Error& e) {
+    EXPECT_EQ(e.kind(), fieldfuse::ErrorKind::Value);
+    EXPECT_EQ(std::string(e.what()).rfind("mlp(): expected weights[0] to have a hidden width", 0),
+              0u)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fftest
+
+#if FIELDFUSE_TEST_CUDA
+// ---- the CUDA SIMT driver through the C++ API vs the CPU driver (skipped without a GPU)
+// ----------
+namespace fftest {
+namespace {
+
+/// A device copy of host doubles, copied back by to_host() and freed at scope exit.
+class DeviceVector {
+ public:
+  explicit DeviceVector(const std::vector<double>& host) : n_(host.size()) {
+    EXPECT_EQ(cudaMalloc(&ptr_, std::max<std::size_t>(n_, 1) * sizeof(double)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(double), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~DeviceVector() { cudaFree(ptr_); }
+  DeviceVector(const DeviceVector&) = delete;
+  DeviceVector& operator=(const DeviceVector&) = delete;
+  TensorRef ref(std::initializer_list<int64_t> sizes) const {
+    return TensorRef::contiguous(ptr_, DType::Float64, {fieldfuse::DeviceType::CUDA, 0}, sizes);
+  }
+  void* data() const { return ptr_; }
+  std::vector<double> to_host() const {
+    std::vector<double> host(n_);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(double), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return host;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+/// 7 → 48 → 48 → 5 softplus, B rows (several tiles and a partial one): the CUDA forward and
+/// backward equal the CPU driver's to float64 rounding, on a created stream.
+TEST(MlpCuda, ForwardAndBackwardMatchCpu) {
+  if (fieldfuse::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(kSeed);
+  std::normal_distribution<double> normal;
+  const int64_t B = 301, I = 7, H = 48, O = 5;
+  const int64_t shapes[3][2] = {{H, I}, {H, H}, {O, H}};
+  std::vector<std::vector<double>> w, b;
+  for (const auto& s : shapes) {
+    w.emplace_back(s[0] * s[1]);
+    b.emplace_back(s[0]);
+  }
+  std::vector<double> x(B * I), g(B * O);
+  for (auto* v : {&x, &g})
+    for (double& e : *v) e = normal(rng);
+  for (int k = 0; k < 3; ++k) {
+    for (double& e : w[k]) e = normal(rng) / std::sqrt(double(shapes[k][1]));
+    for (double& e : b[k]) e = 0.2 * normal(rng);
+  }
+  fieldfuse::MLPOptions options;
+  options.activation = "softplus";
+  options.softplus_beta = 3.0;
+  // CPU results.
+  TensorRef cw[3], cb[3];
+  for (int k = 0; k < 3; ++k) {
+    cw[k] = ref(w[k], {shapes[k][0], shapes[k][1]});
+    cb[k] = ref(b[k], {shapes[k][0]});
+  }
+  std::vector<double> out(B * O), gx(B * I), gw0(H * I), gb0(H);
+  std::vector<char> ws(fieldfuse::mlp_forward_workspace_size(ref(x, {B, I}), cw, cb, 3, options));
+  fieldfuse::mlp_forward(ref(x, {B, I}), cw, cb, 3, options, ref(out, {B, O}), ws.data(),
+                         ws.size());
+  std::vector<double> gw1(H * H), gb1(H), gw2(O * H), gb2(O);
+  TensorRef cgw[3] = {ref(gw0, {H, I}), ref(gw1, {H, H}), ref(gw2, {O, H})};
+  TensorRef cgb[3] = {ref(gb0, {H}), ref(gb1, {H}), ref(gb2, {O})};
+  TensorRef cgx = ref(gx, {B, I});
+  ws.resize(fieldfuse::mlp_backward_workspace_size(ref(x, {B, I}), cw, cb, 3, options));
+  fieldfuse::mlp_backward(ref(x, {B, I}), cw, cb, 3, options, ref(g, {B, O}), &cgx, cgw, cgb,
+                          ws.data(), ws.size());
+  // CUDA results.
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const DeviceVector dx(x), dg(g), dw0(w[0]), dw1(w[1]), dw2(w[2]), db0(b[0]), db1(b[1]), db2(b[2]);
+  const DeviceVector dout(std::vector<double>(B * O)), dgx(std::vector<double>(B * I));
+  const DeviceVector dgw0(gw0), dgw1(gw1), dgw2(gw2), dgb0(gb0), dgb1(gb1), dgb2(gb2);
+  TensorRef weights[3] = {dw0.ref({H, I}), dw1.ref({H, H}), dw2.ref({O, H})};
+  TensorRef biases[3] = {db0.ref({H}), db1.ref({H}), db2.ref({O})};
+  TensorRef grad_w[3] = {dgw0.ref({H, I}), dgw1.ref({H, H}), dgw2.ref({O, H})};
+  TensorRef grad_b[3] = {dgb0.ref({H}), dgb1.ref({H}), dgb2.ref({O})};
+  const TensorRef xr = dx.ref({B, I});
+  TensorRef grad_x = dgx.ref({B, I});
+  const std::size_t bytes =
+      std::max(fieldfuse::mlp_forward_workspace_size(xr, weights, biases, 3, options),
+               fieldfuse::mlp_backward_workspace_size(xr, weights, biases, 3, options));
+  const DeviceVector scratch(std::vector<double>((bytes + 7) / 8));
+  const fieldfuse::Stream s{stream};
+  fieldfuse::mlp_forward(xr, weights, biases, 3, options, dout.ref({B, O}), scratch.data(), bytes,
+                         s);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const std::vector<double> out_cuda = dout.to_host();
+  fieldfuse::mlp_backward(xr, weights, biases, 3, options, dg.ref({B, O}), &grad_x, grad_w, grad_b,
+                          scratch.data(), bytes, s);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+  auto expect_near = [](const std::vector<double>& a, const std::vector<double>& e) {
+    ASSERT_EQ(a.size(), e.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(a[i], e[i], 1e-11 * (1 + std::abs(e[i])));
+  };
+  expect_near(out_cuda, out);
+  expect_near(dgx.to_host(), gx);
+  expect_near(dgw0.to_host(), gw0);
+  expect_near(dgw1.to_host(), gw1);
+  expect_near(dgw2.to_host(), gw2);
+  expect_near(dgb0.to_host(), gb0);
+  expect_near(dgb1.to_host(), gb1);
+  expect_near(dgb2.to_host(), gb2);
+}
+
+}  // namespace
+}  // namespace fftest
+#endif

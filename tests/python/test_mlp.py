@@ -1,0 +1,368 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fieldfuse.mlp against the float64 oracle and torch.nn.Sequential: forward, backward, double
+backward (gradcheck / gradgradcheck, Eikonal-loss gradients), shapes, layouts, compile, graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from device_params import (CUDA_MARKS, DEVICES, F32, F64, FLOAT_DTYPES, capture_cuda_graph,
+                           cuda_only)
+
+import fieldfuse
+from fieldfuse.mlp import ACTIVATIONS
+from fieldfuse.reference import mlp as ref
+
+# Small ω₀ keeps sine's derivatives O(1), so finite differences in gradcheck stay accurate.
+OPTIONS = dict(softplus_beta=2.0, sine_omega0=1.5, leaky_slope=0.1)
+TOL = {F32: dict(rtol=2e-5, atol=2e-5), F64: dict(rtol=1e-10, atol=1e-10)}
+
+
+def _network(sizes, dtype=F64, device="cpu", bias=True, scale=0.6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    weights = [(torch.randn(o, i, generator=g, dtype=F64) * scale / i**0.5).to(device, dtype)
+               for i, o in zip(sizes[:-1], sizes[1:])]
+    biases = [(torch.randn(o, generator=g, dtype=F64) * 0.2).to(device, dtype)
+              for o in sizes[1:]] if bias else None
+    return weights, biases
+
+
+def _x(batch, width, dtype=F64, device="cpu", seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, width, generator=g, dtype=F64).to(device, dtype)
+
+
+def _leaves(*tensors):
+    out = []
+    for t in tensors:
+        if t is None:
+            continue
+        for u in t if isinstance(t, list) else [t]:
+            out.append(u.detach().requires_grad_())
+    return out
+
+
+def _split(leaves, num_layers, bias):
+    x, weights = leaves[0], list(leaves[1 : 1 + num_layers])
+    biases = list(leaves[1 + num_layers :]) if bias else None
+    return x, weights, biases
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("output_activation", ["none", "sigmoid", "softplus"])
+def test_gradcheck_and_gradgradcheck(device, activation, output_activation):
+    # Rows differ (random x), so a kernel reusing row 0's values for the batch fails here.
+    sizes = [3, 16, 32, 2]
+    weights, biases = _network(sizes, F64, device)
+    leaves = _leaves(_x(5, 3, F64, device), weights, biases)
+    kw = dict(activation=activation, output_activation=output_activation, **OPTIONS)
+
+    def fn(*args):
+        x, w, b = _split(list(args), len(weights), True)
+        return fieldfuse.mlp(x, w, b, **kw)
+
+    assert torch.autograd.gradcheck(fn, leaves)
+    assert torch.autograd.gradgradcheck(fn, leaves)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_matches_reference_every_order(device, activation):
+    sizes = [7, 48, 16, 5]
+    weights, biases = _network(sizes, F64, device)
+    x = _x(33, 7, F64, device)
+    kw = dict(activation=activation, output_activation="tanh", **OPTIONS)
+    ours, theirs = _leaves(x, weights, biases), _leaves(x, weights, biases)
+    y = fieldfuse.mlp(*_split(ours, 3, True), **kw)
+    y_ref = ref.mlp(*_split(theirs, 3, True), **kw)
+    torch.testing.assert_close(y, y_ref, **TOL[F64])
+    g = _x(33, 5, F64, device, seed=7)
+    first = torch.autograd.grad(y, ours, g, create_graph=True)
+    first_ref = torch.autograd.grad(y_ref, theirs, g, create_graph=True)
+    for a, b in zip(first, first_ref):
+        torch.testing.assert_close(a, b, **TOL[F64])
+    v = _x(33, 7, F64, device, seed=9)
+    second = torch.autograd.grad((first[0] * v).sum(), ours, allow_unused=True)
+    second_ref = torch.autograd.grad((first_ref[0] * v).sum(), theirs, allow_unused=True)
+    for a, b in zip(second, second_ref):
+        torch.testing.assert_close(a, torch.zeros_like(a) if b is None else b, **TOL[F64])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_row_zero_is_not_reused(device):
+    # Two batches that share row 0 must differ in every other row's input gradient of the
+    # Eikonal loss (the known bug: a second-order kernel used row 0's values for every row).
+    weights, biases = _network([3, 32, 32, 1], F64, device)
+    x = _x(6, 3, F64, device).requires_grad_()
+    y = fieldfuse.mlp(x, weights, biases, activation="softplus", softplus_beta=10.0)
+    (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    (hx,) = torch.autograd.grad(gx.square().sum(), x)
+    x_ref = x.detach().requires_grad_()
+    y_ref = ref.mlp(x_ref, weights, biases, activation="softplus", softplus_beta=10.0)
+    (gr,) = torch.autograd.grad(y_ref.sum(), x_ref, create_graph=True)
+    (hr,) = torch.autograd.grad(gr.square().sum(), x_ref)
+    torch.testing.assert_close(hx, hr, **TOL[F64])
+    assert not torch.allclose(hx[1:], hx[:1].expand_as(hx[1:]))
+
+
+def _sequential(weights, biases, activation, beta=100.0):
+    modules = []
+    for k, w in enumerate(weights):
+        linear = torch.nn.Linear(w.shape[1], w.shape[0], bias=biases is not None,
+                                 dtype=w.dtype, device=w.device)
+        with torch.no_grad():
+            linear.weight.copy_(w)
+            if biases is not None:
+                linear.bias.copy_(biases[k])
+        modules.append(linear)
+        if k < len(weights) - 1:
+            modules.append(activation())
+    return torch.nn.Sequential(*modules)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_eikonal_gradients_match_torch_sequential(device, dtype):
+    # SDF 3 → 64×3 → 1 with Softplus(β = 100): forward, input gradient with create_graph, Eikonal
+    # + surface loss, backward to every parameter and x; PyTorch's own double backward is the truth.
+    weights, biases = _network([3, 64, 64, 64, 1], dtype, device)
+    net = _sequential(weights, biases, lambda: torch.nn.Softplus(beta=100.0))
+    x = _x(257, 3, dtype, device).mul(0.5).requires_grad_()
+    x_t = x.detach().clone().requires_grad_()
+    params = [p.detach().clone().requires_grad_() for p in (*weights, *biases)]
+
+    def loss_of(y, xx):
+        (grad,) = torch.autograd.grad(y.sum(), xx, create_graph=True)
+        return (grad.norm(dim=1) - 1).square().mean() + y.abs().mean()
+
+    y = fieldfuse.mlp(x, params[:4], params[4:], activation="softplus", softplus_beta=100.0)
+    ours = torch.autograd.grad(loss_of(y, x), [x, *params])
+    y_t = net(x_t)
+    theirs = torch.autograd.grad(loss_of(y_t, x_t), [x_t, *net.parameters()])
+    torch.testing.assert_close(y, y_t, **TOL[dtype])
+    # net.parameters() is (w0, b0, w1, b1, ...); ours is (w..., b...)
+    theirs_params = list(theirs[1:])
+    order = theirs_params[0::2] + theirs_params[1::2]
+    for a, b in zip(ours, [theirs[0], *order]):
+        torch.testing.assert_close(a, b, rtol=1e-4 if dtype == F32 else 1e-9,
+                                   atol=1e-4 if dtype == F32 else 1e-9)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("width", [16, 32, 48, 128, 208, 256])
+def test_hidden_widths_every_order(device, width):
+    # Widths past one 64-wide product tile (CUDA) and past the CPU's register blocks, all orders.
+    weights, biases = _network([5, width, width, 3], F64, device)
+    x = _x(70, 5, F64, device)
+    kw = dict(activation="silu", output_activation="tanh")
+    ours, theirs = _leaves(x, weights, biases), _leaves(x, weights, biases)
+    y = fieldfuse.mlp(*_split(ours, 3, True), **kw)
+    y_ref = ref.mlp(*_split(theirs, 3, True), **kw)
+    torch.testing.assert_close(y, y_ref, **TOL[F64])
+    first = torch.autograd.grad(y.square().sum(), ours, create_graph=True)
+    first_ref = torch.autograd.grad(y_ref.square().sum(), theirs, create_graph=True)
+    for a, b in zip(first, first_ref):
+        torch.testing.assert_close(a, b, **TOL[F64])
+    second = torch.autograd.grad(first[0].square().sum() + first[1].sum(), ours)
+    second_ref = torch.autograd.grad(first_ref[0].square().sum() + first_ref[1].sum(), theirs)
+    for a, b in zip(second, second_ref):
+        torch.testing.assert_close(a, b, **TOL[F64])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("sizes", [[3, 16, 1], [7, 32, 5], [1, 16, 16, 1], [40, 64, 64, 64, 17]])
+@pytest.mark.parametrize("batch", [0, 1, 2, 97])
+def test_odd_widths_and_batches(device, sizes, batch):
+    weights, biases = _network(sizes, F32, device)
+    leaves = _leaves(_x(batch, sizes[0], F32, device), weights, biases)
+    x, w, b = _split(leaves, len(weights), True)
+    y = fieldfuse.mlp(x, w, b, activation="tanh")
+    assert y.shape == (batch, sizes[-1])
+    grads = torch.autograd.grad(y.sum(), leaves)
+    ref_leaves = _leaves(*(t.double() for t in leaves))
+    y_ref = ref.mlp(*_split(ref_leaves, len(weights), True), activation="tanh")
+    grads_ref = torch.autograd.grad(y_ref.sum(), ref_leaves)
+    torch.testing.assert_close(y, y_ref.float(), **TOL[F32])
+    for a, r in zip(grads, grads_ref):
+        torch.testing.assert_close(a, r.float(), rtol=1e-4, atol=1e-4)  # sums over the batch
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_without_biases(device):
+    weights, _ = _network([4, 32, 2], F64, device, bias=False)
+    leaves = _leaves(_x(9, 4, F64, device), weights)
+    y = fieldfuse.mlp(leaves[0], leaves[1:], None, activation="sine", sine_omega0=2.0)
+    y_ref = ref.mlp(leaves[0], leaves[1:], None, activation="sine", sine_omega0=2.0)
+    torch.testing.assert_close(y, y_ref, **TOL[F64])
+    assert torch.autograd.gradgradcheck(
+        lambda x, w0, w1: fieldfuse.mlp(x, [w0, w1], activation="sine", sine_omega0=2.0),
+        leaves)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_inputs(device):
+    weights, biases = _network([6, 16, 3], F64, device)
+    x = _x(12, 12, F64, device)[:, ::2]  # column stride 2
+    w_t = [w.t().contiguous().t() for w in weights]  # transposed layouts
+    b_strided = [torch.stack([b, b], 1)[:, 0] for b in biases]
+    assert not x.is_contiguous() and not w_t[0].is_contiguous()
+    leaves = _leaves(x, w_t, b_strided)
+    y = fieldfuse.mlp(*_split(leaves, 2, True), activation="silu")
+    grads = torch.autograd.grad(y.square().sum(), leaves)
+    ref_leaves = _leaves(x.contiguous(), weights, biases)
+    y_ref = ref.mlp(*_split(ref_leaves, 2, True), activation="silu")
+    grads_ref = torch.autograd.grad(y_ref.square().sum(), ref_leaves)
+    torch.testing.assert_close(y, y_ref, **TOL[F64])
+    for a, b in zip(grads, grads_ref):
+        assert a.is_contiguous() or a.shape == b.shape
+        torch.testing.assert_close(a, b, **TOL[F64])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_propagates_to_its_row_only(device):
+    weights, biases = _network([3, 16, 2], F64, device)
+    x = _x(4, 3, F64, device)
+    x[2, 1] = float("nan")
+    for activation in ACTIVATIONS:
+        y = fieldfuse.mlp(x, weights, biases, activation=activation, **OPTIONS)
+        assert torch.isnan(y[2]).all(), activation
+        assert torch.isfinite(y[[0, 1, 3]]).all(), activation
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("compute_dtype", [None, pytest.param(torch.float16, marks=CUDA_MARKS),
+                                           pytest.param(torch.bfloat16, marks=CUDA_MARKS)])
+def test_two_calls_give_the_same_bits(device, compute_dtype):
+    # Parameter gradients are per-block partials summed in a fixed order: no run-to-run jitter,
+    # in the backward and in the double backward. Enough rows for many CUDA blocks.
+    if compute_dtype is not None and device == "cpu":
+        pytest.skip("16-bit compute is CUDA only")
+    weights, biases = _network([8, 64, 64, 4], F32, device)
+    leaves = _leaves(_x(30001, 8, F32, device), weights, biases)
+    runs = []
+    for _ in range(2):
+        x, w, b = _split(leaves, 3, True)
+        y = fieldfuse.mlp(x, w, b, activation="softplus", compute_dtype=compute_dtype)
+        first = torch.autograd.grad(y.square().sum(), leaves, create_graph=True)
+        second = torch.autograd.grad(first[0].square().sum() + first[1].sum(), leaves)
+        runs.append([y, *first, *second])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_library_path_matches_eager_path():
+    weights, biases = _network([3, 16, 1])
+    leaves = _leaves(_x(11, 3), weights, biases)
+
+    def eikonal_grads():
+        x, w, b = _split(leaves, 2, True)
+        y = fieldfuse.mlp(x, w, b, activation="softplus", softplus_beta=4.0)
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        return torch.autograd.grad(g.square().sum(), leaves)
+
+    eager = eikonal_grads()
+    with fieldfuse._registry.library_path():
+        library = eikonal_grads()
+    for a, b in zip(eager, library):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_penalty_on_weight_gradients_matches_reference(device):
+    # Second order through grad_weights / grad_biases (the V and c terms of the double backward).
+    weights, biases = _network([3, 16, 2], F64, device)
+    x = _x(7, 3, F64, device)
+    ours, theirs = _leaves(x, weights, biases), _leaves(x, weights, biases)
+    results = []
+    for leaves, fn in ((ours, fieldfuse.mlp), (theirs, ref.mlp)):
+        x, w, b = _split(leaves, 2, True)
+        y = fn(x, w, b, activation="tanh")
+        gw = torch.autograd.grad(y.square().sum(), [w[0], b[1]], create_graph=True)
+        results.append(torch.autograd.grad(gw[0].square().sum() + gw[1].sum(), leaves))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **TOL[F64])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_first_and_second_order(device):
+    weights, biases = _network([3, 16, 1], F32, device)
+    leaves = _leaves(_x(10, 3, F32, device), weights, biases)
+
+    def loss_fn(x, w0, w1, b0, b1):
+        y = fieldfuse.mlp(x, [w0, w1], [b0, b1], activation="softplus", softplus_beta=5.0)
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        return (g.norm(dim=1) - 1).square().mean() + y.square().mean()
+
+    # Dynamo traces torch.autograd.grad inside the graph only with trace_autograd_ops.
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled = torch.compile(loss_fn, fullgraph=True)
+        ours = torch.autograd.grad(compiled(*leaves), leaves)
+    eager = torch.autograd.grad(loss_fn(*leaves), leaves)
+    for a, b in zip(ours, eager):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_forward_backward(device):
+    weights, biases = _network([5, 32, 2], F32, device)
+    leaves = _leaves(_x(17, 5, F32, device), weights, biases)
+
+    def loss_fn(x, w0, w1, b0, b1):
+        return fieldfuse.mlp(x, [w0, w1], [b0, b1], activation="relu").square().sum()
+
+    ours = torch.autograd.grad(torch.compile(loss_fn, fullgraph=True)(*leaves), leaves)
+    eager = torch.autograd.grad(loss_fn(*leaves), leaves)
+    for a, b in zip(ours, eager):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@cuda_only
+def test_cpu_cuda_parity_every_order():
+    weights, biases = _network([3, 64, 64, 1])
+    x = _x(1000, 3)
+    results = {}
+    for device in ("cpu", "cuda"):
+        leaves = _leaves(*(t.to(device) for t in [x, *weights, *biases]))
+        xx, w, b = _split(leaves, 3, True)
+        y = fieldfuse.mlp(xx, w, b, activation="silu")
+        (g,) = torch.autograd.grad(y.sum(), xx, create_graph=True)
+        results[device] = [y, g, *torch.autograd.grad(g.square().sum(), leaves)]
+    for a, b in zip(results["cpu"], results["cuda"]):
+        torch.testing.assert_close(a, b.cpu(), **TOL[F64])
+
+
+@cuda_only
+def test_cuda_large_batch():
+    weights, biases = _network([3, 64, 64, 2], F32, "cuda")
+    x = _x(1000003, 3, F32, "cuda").requires_grad_()
+    y = fieldfuse.mlp(x, weights, biases, activation="softplus", softplus_beta=3.0)
+    y_ref = ref.mlp(x.double(), [w.double() for w in weights], [b.double() for b in biases],
+                    activation="softplus", softplus_beta=3.0)
+    torch.testing.assert_close(y, y_ref.float(), **TOL[F32])
+    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    (g_ref,) = torch.autograd.grad(y_ref.sum(), x, create_graph=True)
+    torch.testing.assert_close(g, g_ref.float(), rtol=1e-4, atol=1e-5)
+    # Double backward over every row (the last, partial tile included).
+    (h,) = torch.autograd.grad(g.square().sum(), x)
+    (h_ref,) = torch.autograd.grad(g_ref.square().sum(), x)
+    torch.testing.assert_close(h, h_ref.float(), rtol=1e-4, atol=1e-4)
+
+
+@cuda_only
+def test_cuda_graph_capture():
+    weights, biases = _network([3, 32, 1], F32, "cuda")
+    leaves = _leaves(_x(300, 3, F32, "cuda"), weights, biases)
+
+    def step():
+        x, w, b = _split(leaves, 2, True)
+        y = fieldfuse.mlp(x, w, b, activation="softplus", softplus_beta=8.0)
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        return torch.autograd.grad(g.square().sum() + y.sum(), leaves)
+
+    expected = step()
+    graph, captured = capture_cuda_graph(step)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, expected):
+        torch.testing.assert_close(a, b)
