@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // Front of plane_tv (declared in fieldfuse/kplanes.h, next to the planes it smooths): each level's
-// planes as a [..., H, W] stack, reduced by the TV drivers into per-axis Δ² sums
+// planes viewed as a volume stack, reduced by the TV drivers into per-axis Δ² sums
 // (Functional::SqAxes, plane_tv_math.h) that a per-level plan weighs into the level's term.
 //
+// Note [plane_tv layout]
 // Layouts are read in place, unlike the feature functions (Note [plane staging] in
-// src/kplanes/kplanes_staging.cpp): the TV kernels put threadIdx.x along W, so an NCHW level
-// (stride_w = 1) is their fast layout (coalesced rows and the 4-wide quad path, Note [quad path]
-// in tv_cuda.cu), and a channels-last one reads rows C elements apart. A channels-last copy would
-// make NCHW slower, so nothing is staged; bench_kplanes.py's layout table times both layouts.
+// src/kplanes/kplanes_staging.cpp). The TV kernels put threadIdx.x along the view's W axis
+// (coalesced rows, and the 4-wide quad path of Note [quad path] in tv_cuda.cu), so each level is
+// viewed with its innermost axis there: an NCHW level as [3T·C, H, W]; a channels-last one (C
+// innermost) as [3T, H, W, C], a volume whose depth and height are the plane's H and W and whose
+// width is C, with the C-axis sum weighted 0 (plane TV takes no differences across channels).
+// Reading channels-last rows C elements apart made that layout 3-4× slower than NCHW (production
+// config, H100) before this view.
 #include <algorithm>
 #include <string>
 
@@ -64,19 +68,38 @@ void check_planes(const char* op, const TensorRef* planes, int num_levels, int n
   }
 }
 
-/// level_l = factor_l·(1/T)·[ΣΔH²/(C(H−1)W) + ΣΔW²/(CH(W−1))]; sums[0] (the view's unit depth) is
-/// unused, and an axis of size 1 has no differences and weight 0.
-ReducePlan level_plan(const TensorRef& plane, int num_tilts, double factor) {
+/// Whether a level's channels are its innermost axis (Note [plane_tv layout]).
+bool channels_inner(const TensorRef& plane) {
+  return plane.sizes[1] > 1 && plane.strides[1] < plane.strides[3];
+}
+
+/// The volume view of a level (or of its gradient, which must be walked in the same order).
+detail::VolumeView level_view(const TensorRef& t, bool inner) {
+  if (!inner) return detail::make_volume_view(t, 2);  // [3T·C, H, W]
+  TensorRef permuted = t;                             // [3T, H, W, C]
+  const int order[4] = {0, 2, 3, 1};
+  for (int i = 0; i < 4; ++i) {
+    permuted.sizes[i] = t.sizes[order[i]];
+    permuted.strides[i] = t.strides[order[i]];
+  }
+  return detail::make_volume_view(permuted, 3);
+}
+
+/// level_l = factor_l·(1/T)·[ΣΔH²/(C(H−1)W) + ΣΔW²/(CH(W−1))]. The plane's H and W are the view's
+/// axes 1 and 2 (NCHW; axis 0 is a unit depth) or 0 and 1 (channels inner; axis 2 is C); the other
+/// sum is unused, and an axis of size 1 has no differences and weight 0.
+ReducePlan level_plan(const TensorRef& plane, bool inner, int num_tilts, double factor) {
   const double c = static_cast<double>(plane.sizes[1]);
   const double h = static_cast<double>(plane.sizes[2]);
   const double w = static_cast<double>(plane.sizes[3]);
   ReducePlan plan;
   plan.num_sums = 3;
   plan.num_outputs = 1;
-  plan.scale[0] = 0.0;
-  plan.scale[1] =
+  const int h_axis = inner ? 0 : 1;
+  plan.scale[0] = plan.scale[1] = plan.scale[2] = 0.0;
+  plan.scale[h_axis] =
       plane.sizes[2] > 1 && plane.numel() > 0 ? factor / (num_tilts * c * (h - 1) * w) : 0.0;
-  plan.scale[2] =
+  plan.scale[h_axis + 1] =
       plane.sizes[3] > 1 && plane.numel() > 0 ? factor / (num_tilts * c * h * (w - 1)) : 0.0;
   return plan;
 }
@@ -99,7 +122,7 @@ void check_norm(const char* op, PlaneTVNorm norm) {
 }
 
 std::size_t level_workspace(const TensorRef& plane) {
-  const detail::VolumeView view = detail::make_volume_view(plane, 2);
+  const detail::VolumeView view = level_view(plane, channels_inner(plane));
 #if FIELDFUSE_WITH_CUDA
   if (plane.device.is_cuda()) return detail::tv::forward_workspace_cuda(view, Functional::SqAxes);
 #endif
@@ -154,15 +177,16 @@ void plane_tv_forward(const TensorRef* planes, int num_levels, int num_tilts, Pl
   // The levels run one after another on one stream, so they can share the workspace.
   for (int l = 0; l < num_levels; ++l) {
     const TensorRef& plane = planes[l];
+    const bool inner = channels_inner(plane);
     const detail::tv::ForwardArgs args{
         op,
         Functional::SqAxes,
         0.0,
-        detail::make_volume_view(plane, 2),
+        level_view(plane, inner),
         plane.data,
         plane.dtype,
         plane.device,
-        level_plan(plane, num_tilts, level_factor(planes, num_levels, l, norm)),
+        level_plan(plane, inner, num_tilts, level_factor(planes, num_levels, l, norm)),
         element(out.data, out.dtype, l * out.strides[0]),
         out.dtype,
         out.strides[0],
@@ -202,19 +226,20 @@ void plane_tv_backward(const TensorRef* planes, int num_levels, int num_tilts, P
   for (int l = 0; l < num_levels; ++l) {
     const TensorRef& plane = planes[l];
     const TensorRef& grad = grad_planes[l];
+    const bool inner = channels_inner(plane);
     const detail::tv::BackwardArgs args{
         op,
         Functional::SqAxes,
         0.0,
-        detail::make_volume_view(plane, 2),
+        level_view(plane, inner),
         plane.data,
         plane.dtype,
         plane.device,
-        level_plan(plane, num_tilts, level_factor(planes, num_levels, l, norm)),
+        level_plan(plane, inner, num_tilts, level_factor(planes, num_levels, l, norm)),
         element(grad_out.data, grad_out.dtype, l * grad_out.strides[0]),
         grad_out.dtype,
         grad_out.strides[0],
-        detail::make_volume_view(grad, 2),
+        level_view(grad, inner),
         grad.data,
         stream};
 #if FIELDFUSE_WITH_CUDA

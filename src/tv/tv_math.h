@@ -170,8 +170,12 @@ struct ReducePlan {
 
   FF_HOST_DEVICE double output(const double* sums, int k) const {
     if (num_outputs == num_sums) return scale[k] * sums[k];
+    // A sum weighted 0 is left out, not multiplied: an axis a functional does not use (plane_tv's
+    // channel axis) must not turn an infinite input into NaN.
     double total = 0.0;
-    for (int i = 0; i < num_sums; ++i) total += scale[i] * sums[i];
+    for (int i = 0; i < num_sums; ++i) {
+      if (scale[i] != 0.0) total += scale[i] * sums[i];
+    }
     return total;
   }
 
