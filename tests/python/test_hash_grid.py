@@ -232,7 +232,17 @@ def test_non_contiguous_inputs(device, rng):
     gx, gp = torch.autograd.grad(y, (xs, ps), g)
     x2, p2 = x.clone().requires_grad_(True), params.clone().requires_grad_(True)
     gx2, gp2 = torch.autograd.grad(fieldfuse.hash_grid(x2, p2, **cfg), (x2, p2), g.contiguous())
-    assert torch.equal(gx, gx2) and torch.equal(gp, gp2)
+    assert torch.equal(gx, gx2)
+    _assert_same_table_gradient(gp, gp2, device)
+
+
+def _assert_same_table_gradient(a, b, device):
+    """Bitwise equal on the CPU; on CUDA the table gradient is scattered with float atomics
+    (order-dependent rounding, as documented), so two calls agree to float64 rounding only."""
+    if device == "cuda":
+        assert_close(a, b, rtol=1e-12, atol=1e-12)
+    else:
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -305,7 +315,7 @@ def test_library_path_matches_eager_path(device, rng):
     with _registry.library_path():
         library = all_grads()
     for a, b in zip(eager, library, strict=True):
-        assert torch.equal(a, b)
+        _assert_same_table_gradient(a, b, device)
 
 
 # --- CUDA: parity, float16, graphs ----------------------------------------------------------
