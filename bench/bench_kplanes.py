@@ -606,40 +606,6 @@ def train_step(model: torch.nn.Module, densities: Callable, regularisers: Callab
     return step
 
 
-def graphed_train_step(model: torch.nn.Module, densities: Callable, regularisers: Callable,
-                       sc: StepConfig, example: Batch) -> Callable:
-    """The eager step captured whole (loss, backward, Adam) in one CUDA graph: the device time of
-    a step, without the host. Each call copies the batch into the graph's inputs and replays."""
-    optimizer = make_optimizer(model, sc, capturable=True)
-    loss_of = loss_function(model, densities, regularisers, sc)
-    static = Batch(example.pts.clone(), example.target.clone(), example.tap_pts.clone())
-
-    def body() -> torch.Tensor:
-        loss = loss_of(static.pts, static.target, static.tap_pts)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            body()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_loss = body()
-
-    def step(batch: Batch) -> torch.Tensor:
-        static.pts.copy_(batch.pts)
-        static.target.copy_(batch.target)
-        static.tap_pts.copy_(batch.tap_pts)
-        graph.replay()
-        return static_loss
-    return step
-
-
 def measure_step(name: str, make_step: Callable[[], Callable], batches: list[Batch],
                  args: argparse.Namespace) -> dict[str, Any]:
     """First loss (from the shared initial values), then the timing of further steps."""
@@ -664,7 +630,6 @@ def run_full_step(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(SEED)
     batches = make_batches(sc, args.device)
     make, field_name = field_factory(sc, args.device)
-    cuda = args.device.type == "cuda"
 
     def fused(channels_last: bool, compiled: bool = False) -> Callable:
         return train_step(make(channels_last, False), fused_densities, fieldfuse_regularisers, sc,
@@ -686,12 +651,6 @@ def run_full_step(args: argparse.Namespace) -> dict[str, Any]:
                                           sc, compiled=True))]
         paths += [("fieldfuse fused, torch.compile, channels-last", lambda: fused(True, True)),
                   ("fieldfuse fused, torch.compile, NCHW", lambda: fused(False, True))]
-    if cuda:
-        paths += [(f"fieldfuse fused, one CUDA graph (device time; first loss after its 3 "
-                   f"warm-up steps), {name}",
-                   lambda cl=cl: graphed_train_step(make(cl, False), fused_densities,
-                                                    fieldfuse_regularisers, sc, batches[0]))
-                  for name, cl in (("channels-last", True), ("NCHW", False))]
     results = [measure_step(name, make_path, batches, args) for name, make_path in paths]
     plain_ms = median(results[0])
     for result in results:
