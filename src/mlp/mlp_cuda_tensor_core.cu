@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "mlp/mlp_cuda_tile.cuh"
+#include "mlp/mlp_cuda_warp_fused.cuh"
 #include "mlp/mlp_drivers.h"
 
 namespace fieldfuse::detail::mlp {
@@ -138,32 +139,78 @@ decltype(auto) dispatch(const Problem& p, const F& f) {
   }
 }
 
+/// The warp-fused plan of `pass` when it covers the problem (Note [mlp warp-fused kernel]).
+template <class Engine>
+fused::Plan fused_plan(const Problem& p, fused::Pass pass) {
+  return fused::make_plan<typename Engine::Operand>(p, pass);
+}
+
+/// The plan's kernel arguments with the input x filled in.
+inline fused::Args fused_args(const fused::Plan& plan, const MatrixView& x) {
+  fused::Args a = plan.args;
+  a.x = static_cast<const float*>(x.data);
+  a.x_sr = x.stride_row;
+  a.x_sc = x.stride_col;
+  return a;
+}
+
+/// Workspace bytes of one entry: the fused plan's, else the tile kernels'. The double backward
+/// always runs the tile kernels.
+template <class Engine>
+std::size_t workspace_of(const Problem& p, tile::Entry entry) {
+  if (entry != tile::Entry::DoubleBackward) {
+    const auto pass = entry == tile::Entry::Forward ? fused::Pass::Forward : fused::Pass::Backward;
+    const fused::Plan plan = fused_plan<Engine>(p, pass);
+    if (plan.ok) return plan.total;
+  }
+  return tile::workspace_bytes<Engine>(p, entry);
+}
+
 }  // namespace
 
 std::size_t forward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::Forward);
+    return workspace_of<decltype(engine)>(problem, tile::Entry::Forward);
   });
 }
 
 std::size_t backward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::Backward);
+    return workspace_of<decltype(engine)>(problem, tile::Entry::Backward);
   });
 }
 
 std::size_t double_backward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::DoubleBackward);
+    return workspace_of<decltype(engine)>(problem, tile::Entry::DoubleBackward);
   });
 }
 
 void forward_cuda_tensor_core(const ForwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+  dispatch(args.problem, [&](auto engine) {
+    using Engine = decltype(engine);
+    const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::Forward);
+    if (!plan.ok) return tile::launch<Engine>(args);
+    fused::Args a = fused_args(plan, args.x);
+    a.out = static_cast<float*>(args.out);
+    fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
+                                         fused::Pass::Forward);
+  });
 }
 
 void backward_cuda_tensor_core(const BackwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+  dispatch(args.problem, [&](auto engine) {
+    using Engine = decltype(engine);
+    const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::Backward);
+    if (!plan.ok) return tile::launch<Engine>(args);
+    fused::Args a = fused_args(plan, args.x);
+    a.grad_out = static_cast<const float*>(args.grad_out.data);
+    a.go_sr = args.grad_out.stride_row;
+    a.go_sc = args.grad_out.stride_col;
+    a.grad_x = static_cast<float*>(args.grad_x);
+    fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
+                                         fused::Pass::Backward);
+  });
 }
 
 void double_backward_cuda_tensor_core(const DoubleBackwardArgs& args) {

@@ -1,0 +1,626 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fully fused tensor-core MLP kernels (forward and first-order backward): each warp owns 16
+// rows of its block's tile and runs every layer on them out of shared memory with WMMA.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cuda_launch.cuh"
+#include "mlp/mlp_drivers.h"
+
+namespace fieldfuse::detail::mlp::fused {
+
+// Note [mlp warp-fused kernel]
+// The general tile kernels (Note [mlp tile kernel]) run every product as a block-wide GEMM with
+// staged chunks and block barriers, which leaves the tensor cores idle. This path follows the
+// fully fused MLP design instead, for the problems it covers (sm_80+, at most kMaxLayers layers,
+// every padded width <= kMaxWidth, and the plan fits in shared memory; the rest keep the tile
+// kernels, as does the double backward):
+// - the float32 master weights are converted ONCE per call into the workspace as 16-bit
+//   [out_pad, in_pad] matrices, zero-padded to multiples of 16 (convert_weights_kernel);
+// - a block of `warps` warps (1, 2 or 4) walks row tiles of 16·warps rows (persistent grid);
+//   warp w owns 16 rows and runs the whole network on them with only __syncwarp between layers:
+//   its activations live in shared memory as 16-bit [16, width + kSkew] rows, each 16×16 output
+//   tile is a chain of WMMA 16×16×16 products with float32 accumulation, stored to a per-warp
+//   float32 scratch tile where bias, σ, σ′ are applied in float32 (mlp_math.h) and the result is
+//   rounded to 16 bits as it becomes the next product's operand (the tensor-core contract);
+// - the weights are B fragments: all layers staged into shared memory once per block when they
+//   fit ("resident", rows skewed by kSkew against bank conflicts), else read straight from the
+//   converted copy in the workspace (L1/L2-resident);
+// - backward: the forward recompute keeps every layer's 16-bit input a_k and σ′(p_k) (float32,
+//   or 16-bit when σ′ ∈ {0, 1} exactly, i.e. ReLU and identity) per warp; the reverse sweep
+//   writes δ_k (16-bit) into one of two ping-pong buffers; then, after ONE block barrier per
+//   layer, the block computes dW_k += Σ_warps δᵀ a over its 16·warps rows with the 16×16 output
+//   fragments split across warps, accumulating into a float32 [out_pad, in_pad + 4] buffer in
+//   shared memory when it fits, else into the block's partial slot in the workspace (the same
+//   layout, L2-resident). db_k sums the float32 δ per warp (column sums in a fixed order), and
+//   the warps' sums are added in warp order at the end. Blocks write per-block partials; a second
+//   kernel sums them in block order (deterministic, no atomics), as in the tile path.
+// Rows past the batch are zeros (x and grad_out load as 0), so they add nothing to the sums.
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kMaxWarps = 4;
+constexpr int kMaxLayers = 16;
+constexpr int kMaxWidth = 256;
+constexpr int kSkew = 8;        ///< 16-bit elements of row padding (keeps rows 16-byte aligned)
+constexpr int kScratchLd = 20;  ///< float32 scratch row pitch (a multiple of 4, as WMMA needs)
+constexpr int kDwSkew = 4;      ///< float32 dW accumulator row padding
+
+constexpr int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
+constexpr std::size_t align128(std::size_t n) { return (n + 127) / 128 * 128; }
+
+/// One layer as the fused kernels see it (offsets in elements of their buffer's type).
+struct Layer {
+  int in = 0, out = 0, in_pad = 0, out_pad = 0;
+  int64_t w_ws = 0;     ///< converted weight in the workspace, [out_pad, in_pad]
+  int w_sm = 0;         ///< resident weight in shared memory, [out_pad, in_pad + kSkew]
+  int a_sm = 0;         ///< per-warp 16-bit input a_k, [16, in_pad + kSkew] (backward)
+  int d1_sm = 0;        ///< per-warp σ′(p_k), [16, out_pad] (backward)
+  int db_sm = 0;        ///< per-warp db partial, [out_pad] (backward)
+  int64_t dw_acc = 0;   ///< dW accumulator, [out_pad, in_pad + kDwSkew] (backward)
+  int64_t db_slot = 0;  ///< db partial in the block's slot, [out_pad] (backward)
+  const float* bias = nullptr;
+  int64_t bias_stride = 0;
+  int want_dw = 0, want_db = 0;
+};
+
+/// Everything a fused kernel reads, by value.
+struct Args {
+  Layer layers[kMaxLayers];
+  int num_layers = 0;
+  int warps = 0;
+  int64_t batch = 0, tiles = 0;
+  Activation hidden = Activation::None, output = Activation::None;
+  ActivationParams params{};
+  const float* x = nullptr;
+  int64_t x_sr = 0, x_sc = 0;
+  const float* grad_out = nullptr;
+  int64_t go_sr = 0, go_sc = 0;
+  float* out = nullptr;
+  float* grad_x = nullptr;
+  const void* weights = nullptr;  ///< the converted 16-bit weights in the workspace
+  int resident = 0;               ///< weights staged in shared memory
+  int64_t weight_halves = 0;      ///< Σ out_pad·in_pad (the converted copy)
+  int d1_16 = 0;                  ///< σ′ stored in 16 bits
+  int dw_in_smem = 0;
+  float* partials = nullptr;
+  int64_t slot_len = 0, dw_len = 0, db_len = 0;  ///< floats
+  int ld_g = 0;                                  ///< 16-bit ping-pong row pitch (max width + kSkew)
+  // Byte offsets in dynamic shared memory: the dW accumulator, the warps' regions (each
+  // warp_bytes long) and, within a warp's region, its buffers.
+  int dw_base = 0, warp_base = 0, warp_bytes = 0;
+  int g0 = 0, g1 = 0, scratch = 0, acts = 0, d1s = 0, dbs = 0;
+};
+
+/// dst [out_pad, in_pad] (16-bit) = the float32 weight [out, in] read through its strides, zero
+/// padded.
+template <class S>
+__global__ void convert_weights_kernel(const float* w, int64_t so, int64_t si, int out, int in,
+                                       int in_pad, int64_t count, S* dst) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += stride) {
+    const int64_t o = e / in_pad, i = e % in_pad;
+    dst[e] = static_cast<S>(o < out && i < in ? w[o * so + i * si] : 0.0f);
+  }
+}
+
+/// out[e] = Σ_b partials[b·slot_len + offset + (e / cols)·ld + e % cols], blocks in order.
+static __global__ void reduce_padded_kernel(const float* partials, int64_t slot_len, int blocks,
+                                            int64_t offset, int64_t cols, int64_t ld, int64_t count,
+                                            float* out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += stride) {
+    const int64_t at = offset + (e / cols) * ld + e % cols;
+    float sum = 0.0f;
+    for (int b = 0; b < blocks; ++b) sum += partials[b * slot_len + at];
+    out[e] = sum;
+  }
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+__device__ FF_FORCE_INLINE int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
+__device__ FF_FORCE_INLINE int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
+
+/// c = Σ_kk A[16, 16kk..] · B[16kk.., 16]: A row-major (pitch lda); B's k-th 16-row step starts at
+/// b + kk·b_step, in `BLayout` with pitch ldb.
+template <class S, class BLayout>
+__device__ FF_FORCE_INLINE void warp_product(Acc& c, const S* a, int lda, const S* b, int ldb,
+                                             int64_t b_step, int ksteps) {
+  wmma::fill_fragment(c, 0.0f);
+  for (int kk = 0; kk < ksteps; ++kk) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, S, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, S, BLayout> fb;
+    wmma::load_matrix_sync(fa, a + kk * 16, lda);
+    wmma::load_matrix_sync(fb, b + kk * b_step, ldb);
+    wmma::mma_sync(c, fa, fb, c);
+  }
+}
+
+/// Stores c to the warp's scratch and returns this lane's 8 elements: element i is at row
+/// (lane / 16) + 2i, column lane % 16 of the 16×16 tile.
+__device__ FF_FORCE_INLINE void spill(const Acc& c, float* scratch, float (&v)[8]) {
+  wmma::store_matrix_sync(scratch, c, kScratchLd, wmma::mem_row_major);
+  __syncwarp();
+  const int lane = lane_id();
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = scratch[((lane >> 4) + 2 * i) * kScratchLd + (lane & 15)];
+  __syncwarp();
+}
+
+__device__ FF_FORCE_INLINE int row_of(int i) { return (lane_id() >> 4) + 2 * i; }
+
+/// The weight of layer l as a B operand: its base and row pitch (resident or in the workspace).
+template <class S>
+__device__ FF_FORCE_INLINE const S* weight_of(const Args& a, const Layer& l, const S* wsm,
+                                              int& ld) {
+  ld = a.resident ? l.in_pad + kSkew : l.in_pad;
+  return a.resident ? wsm + l.w_sm : static_cast<const S*>(a.weights) + l.w_ws;
+}
+
+/// Stages every converted weight into shared memory (resident plans), 16 bytes at a time.
+template <class S>
+__device__ void stage_weights(const Args& a, S* wsm) {
+  for (int k = 0; k < a.num_layers; ++k) {
+    const Layer& l = a.layers[k];
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const S*>(a.weights) + l.w_ws);
+    const int per_row = l.in_pad / 8;
+    const int n = l.out_pad * per_row;
+    for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {
+      const int o = e / per_row, c = e % per_row;
+      *reinterpret_cast<uint4*>(wsm + l.w_sm + o * (l.in_pad + kSkew) + c * 8) = src[e];
+    }
+  }
+}
+
+/// The warp's 16 input rows (zeros past the batch and past `in`) as 16-bit [16, in_pad] rows.
+template <class S>
+__device__ FF_FORCE_INLINE void load_input(const Args& a, int64_t row0, S* dst, int ld) {
+  const Layer& l = a.layers[0];
+  for (int e = lane_id(); e < 16 * l.in_pad; e += 32) {
+    const int r = e / l.in_pad, c = e % l.in_pad;
+    const int64_t row = row0 + r;
+    const float v = row < a.batch && c < l.in ? a.x[row * a.x_sr + c * a.x_sc] : 0.0f;
+    dst[r * ld + c] = static_cast<S>(v);
+  }
+  __syncwarp();
+}
+
+__device__ FF_FORCE_INLINE float bias_of(const Layer& l, int col) {
+  return l.bias != nullptr && col < l.out ? l.bias[col * l.bias_stride] : 0.0f;
+}
+
+/// One layer's forward product for the warp's 16 rows: for each 16-column output tile j, calls
+/// epi(col, r, p) for this lane's 8 elements with p = (a·Wᵀ)[r, col] + b[col] in float32 (zero bias
+/// past `out`), then __syncwarp.
+template <class S, class Epi>
+__device__ FF_FORCE_INLINE void layer_forward(const Args& a, const Layer& l, const S* wsm,
+                                              const S* in, int ldin, float* scratch,
+                                              const Epi& epi) {
+  int ldw = 0;
+  const S* w = weight_of(a, l, wsm, ldw);
+  for (int j = 0; j < l.out_pad / 16; ++j) {
+    Acc c;
+    warp_product<S, wmma::col_major>(c, in, ldin, w + j * 16 * ldw, ldw, 16, l.in_pad / 16);
+    float v[8];
+    spill(c, scratch, v);
+    const int col = j * 16 + (lane_id() & 15);
+    const float b = bias_of(l, col);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) epi(col, row_of(i), v[i] + b);
+  }
+  __syncwarp();
+}
+
+template <class S>
+__global__ void __launch_bounds__(32 * kMaxWarps, 1)
+    forward_kernel(const __grid_constant__ Args a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  S* wsm = reinterpret_cast<S*>(smem);
+  unsigned char* mine = smem + a.warp_base + warp_id() * a.warp_bytes;
+  S* const buf0 = reinterpret_cast<S*>(mine + a.g0);
+  S* const buf1 = reinterpret_cast<S*>(mine + a.g1);
+  float* scratch = reinterpret_cast<float*>(mine + a.scratch);
+  if (a.resident) {
+    stage_weights(a, wsm);
+    __syncthreads();
+  }
+  const int L = a.num_layers;
+  for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
+    const int64_t row0 = (tile * a.warps + warp_id()) * 16;
+    if (row0 >= a.batch) continue;  // no block barrier below: warps are independent
+    load_input(a, row0, buf0, a.ld_g);
+    S* cur = buf0;  // pointers, not an indexed array: no local memory
+    S* nxt = buf1;
+    for (int k = 0; k < L; ++k) {
+      const Layer& l = a.layers[k];
+      const bool last = k + 1 == L;
+      const Activation kind = last ? a.output : a.hidden;
+      layer_forward(a, l, wsm, cur, a.ld_g, scratch, [&](int col, int r, float p) {
+        const float y = activation_derivs<float>(kind, a.params, p).value;
+        if (!last) {
+          nxt[r * a.ld_g + col] = static_cast<S>(col < l.out ? y : 0.0f);
+        } else if (row0 + r < a.batch && col < l.out) {
+          a.out[(row0 + r) * l.out + col] = y;
+        }
+      });
+      S* const t = cur;
+      cur = nxt;
+      nxt = t;
+    }
+  }
+}
+
+__device__ FF_FORCE_INLINE float d1_at(const Args& a, const unsigned char* mine, const Layer& l,
+                                       int idx) {
+  if (a.d1_16) return __half2float(reinterpret_cast<const __half*>(mine + a.d1s)[l.d1_sm + idx]);
+  return reinterpret_cast<const float*>(mine + a.d1s)[l.d1_sm + idx];
+}
+
+__device__ FF_FORCE_INLINE void set_d1(const Args& a, unsigned char* mine, const Layer& l, int idx,
+                                       float d) {
+  if (a.d1_16) {
+    reinterpret_cast<__half*>(mine + a.d1s)[l.d1_sm + idx] = __float2half(d);
+  } else {
+    reinterpret_cast<float*>(mine + a.d1s)[l.d1_sm + idx] = d;
+  }
+}
+
+/// δ = g ⊙ σ′(p_l) for this lane's 8 elements of column tile j: rounded into `dst` (16-bit rows)
+/// and, when wanted, summed over the warp's 16 rows into its db partial (fixed order).
+template <class S>
+__device__ FF_FORCE_INLINE void emit_delta(const Args& a, unsigned char* mine, const Layer& l,
+                                           int j, const float (&g)[8], S* dst) {
+  const int lane = lane_id();
+  const int col = j * 16 + (lane & 15);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = row_of(i);
+    const float delta = g[i] * d1_at(a, mine, l, r * l.out_pad + col);
+    dst[r * a.ld_g + col] = static_cast<S>(delta);
+    sum += delta;
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+  if (l.want_db && lane < 16) reinterpret_cast<float*>(mine + a.dbs)[l.db_sm + col] += sum;
+}
+
+/// dW_l += Σ over the block's rows of δᵀ a (16-bit operands, float32 accumulator `acc`), the
+/// 16×16 output fragments split across the warps. Needs every warp's δ (in buffer `g`) and a_l.
+template <class S>
+__device__ FF_FORCE_INLINE void accumulate_dw(const Args& a, unsigned char* smem, const Layer& l,
+                                              int g, float* acc) {
+  const int mt = l.out_pad / 16, nt = l.in_pad / 16;
+  const int ldd = l.in_pad + kDwSkew;
+  const int lda = l.in_pad + kSkew;
+  for (int f = warp_id(); f < mt * nt; f += a.warps) {
+    const int m = f / nt, n = f % nt;
+    float* at = acc + l.dw_acc + m * 16 * ldd + n * 16;
+    Acc c;
+    wmma::load_matrix_sync(c, at, ldd, wmma::mem_row_major);
+    for (int w = 0; w < a.warps; ++w) {
+      const unsigned char* theirs = smem + a.warp_base + w * a.warp_bytes;
+      const S* delta = reinterpret_cast<const S*>(theirs + (g == 0 ? a.g0 : a.g1));
+      const S* act = reinterpret_cast<const S*>(theirs + a.acts) + l.a_sm;
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, S, wmma::col_major> fa;  // δᵀ
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, S, wmma::row_major> fb;  // a
+      wmma::load_matrix_sync(fa, delta + m * 16, a.ld_g);
+      wmma::load_matrix_sync(fb, act + n * 16, lda);
+      wmma::mma_sync(c, fa, fb, c);
+    }
+    wmma::store_matrix_sync(at, c, ldd, wmma::mem_row_major);
+  }
+}
+
+template <class S>
+__global__ void __launch_bounds__(32 * kMaxWarps, 1)
+    backward_kernel(const __grid_constant__ Args a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  S* wsm = reinterpret_cast<S*>(smem);
+  unsigned char* mine = smem + a.warp_base + warp_id() * a.warp_bytes;
+  S* acts = reinterpret_cast<S*>(mine + a.acts);
+  float* scratch = reinterpret_cast<float*>(mine + a.scratch);
+  float* dbw = reinterpret_cast<float*>(mine + a.dbs);
+  float* slot = a.partials + static_cast<int64_t>(blockIdx.x) * a.slot_len;
+  float* acc = a.dw_in_smem ? reinterpret_cast<float*>(smem + a.dw_base) : slot;
+  const int nthreads = static_cast<int>(blockDim.x);
+  for (int64_t e = threadIdx.x; e < a.dw_len; e += nthreads) acc[e] = 0.0f;
+  for (int e = lane_id(); e < a.db_len; e += 32) dbw[e] = 0.0f;
+  if (a.resident) stage_weights(a, wsm);
+  __syncthreads();
+  const int L = a.num_layers;
+  const int lane = lane_id();
+  for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
+    // Every warp runs every step (rows past the batch are zeros): the dW products need all warps.
+    const int64_t row0 = (tile * a.warps + warp_id()) * 16;
+    // δ_k lives in gcur (buffer `cur` of every warp), δ_{k−1} goes to gnext.
+    S* gcur = reinterpret_cast<S*>(mine + a.g0);
+    S* gnext = reinterpret_cast<S*>(mine + a.g1);
+    load_input(a, row0, acts + a.layers[0].a_sm, a.layers[0].in_pad + kSkew);
+    // Forward recompute: a_{k+1} (16-bit) and σ′(p_k).
+    for (int k = 0; k < L; ++k) {
+      const Layer& l = a.layers[k];
+      const bool last = k + 1 == L;
+      const Activation kind = last ? a.output : a.hidden;
+      S* nxt = last ? nullptr : acts + a.layers[k + 1].a_sm;
+      const int ldn = l.out_pad + kSkew;
+      layer_forward(a, l, wsm, acts + l.a_sm, l.in_pad + kSkew, scratch,
+                    [&](int col, int r, float p) {
+                      const Derivs<float> d = activation_derivs<float>(kind, a.params, p);
+                      const bool in_range = col < l.out;
+                      set_d1(a, mine, l, r * l.out_pad + col, in_range ? d.d1 : 0.0f);
+                      if (!last) nxt[r * ldn + col] = static_cast<S>(in_range ? d.value : 0.0f);
+                    });
+    }
+    // δ_L = g_L ⊙ σ′(p_L).
+    {
+      const Layer& l = a.layers[L - 1];
+      for (int j = 0; j < l.out_pad / 16; ++j) {
+        const int col = j * 16 + (lane & 15);
+        float g[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int64_t row = row0 + row_of(i);
+          g[i] = row < a.batch && col < l.out ? a.grad_out[row * a.go_sr + col * a.go_sc] : 0.0f;
+        }
+        emit_delta(a, mine, l, j, g, gcur);
+      }
+    }
+    int cur = 0;
+    for (int k = L - 1; k >= 0; --k) {
+      const Layer& l = a.layers[k];
+      __syncthreads();  // every warp's δ_k is written; the previous layer's dW reads are done
+      if (l.want_dw) accumulate_dw<S>(a, smem, l, cur, acc);
+      if (k == 0 && a.grad_x == nullptr) break;
+      int ldw = 0;
+      const S* w = weight_of(a, l, wsm, ldw);
+      for (int j = 0; j < l.in_pad / 16; ++j) {
+        Acc c;
+        warp_product<S, wmma::row_major>(c, gcur, a.ld_g, w + j * 16, ldw,
+                                         static_cast<int64_t>(16) * ldw, l.out_pad / 16);
+        float v[8];
+        spill(c, scratch, v);
+        if (k > 0) {
+          emit_delta(a, mine, a.layers[k - 1], j, v, gnext);
+        } else {
+          const int col = j * 16 + (lane & 15);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const int64_t row = row0 + row_of(i);
+            if (row < a.batch && col < l.in) a.grad_x[row * l.in + col] = v[i];
+          }
+        }
+      }
+      __syncwarp();
+      cur ^= 1;
+      S* const t = gcur;
+      gcur = gnext;
+      gnext = t;
+    }
+    __syncthreads();  // the next tile overwrites a_k, which other warps' dW products read
+  }
+  // The block's partials: dW (copied from shared memory, or already in the slot) and db (the
+  // warps' sums added in warp order).
+  if (a.dw_in_smem) {
+    for (int64_t e = threadIdx.x; e < a.dw_len; e += nthreads) slot[e] = acc[e];
+  }
+  for (int e = static_cast<int>(threadIdx.x); e < a.db_len; e += nthreads) {
+    float sum = 0.0f;
+    for (int w = 0; w < a.warps; ++w) {
+      sum += reinterpret_cast<const float*>(smem + a.warp_base + w * a.warp_bytes + a.dbs)[e];
+    }
+    slot[a.dw_len + e] = sum;
+  }
+}
+
+#else  // sm_75 and older: never launched (the plan requires sm_80), compiled empty.
+
+template <class S>
+__global__ void forward_kernel(const __grid_constant__ Args) {}
+template <class S>
+__global__ void backward_kernel(const __grid_constant__ Args) {}
+
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Host side: the plan (whether the fused path covers the problem, warps per block, where the
+// weights and the dW accumulator live, grid, workspace layout) from metadata and device
+// attributes only, so the workspace query and the call agree.
+// ---------------------------------------------------------------------------------------------
+
+enum class Pass { Forward, Backward };
+
+struct Plan {
+  bool ok = false;
+  Args args{};
+  std::size_t smem = 0;
+  int grid = 0;
+  std::size_t partials_offset = 0, total = 0;
+};
+
+inline bool sigma_prime_is_01(Activation kind) {
+  return kind == Activation::ReLU || kind == Activation::None;
+}
+
+template <class S>
+Plan make_plan(const Problem& p, Pass pass) {
+  Plan plan;
+  if (p.num_layers < 1 || p.num_layers > kMaxLayers) return plan;
+  const int device = p.device.index;
+  int major = 0, sms = 1, optin = 48 * 1024;
+  cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), p.op,
+              "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+  if (major < 8) return plan;  // bfloat16 WMMA (and this kernel's compiled body) needs sm_80
+  cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), p.op,
+              "cudaDeviceGetAttribute(MultiProcessorCount)");
+  cuda::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), p.op,
+              "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+  const bool backward = pass == Pass::Backward;
+  Args& a = plan.args;
+  a.num_layers = p.num_layers;
+  a.batch = p.batch;
+  a.hidden = p.activation;
+  a.output = p.output_activation;
+  a.params = p.params;
+  int64_t maxw = 0, halves = 0, sm_halves = 0, act_halves = 0, d1_len = 0, db_len = 0, dw_len = 0;
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& v = p.layers[k];
+    Layer& l = a.layers[k];
+    const int64_t in_pad = pad16(v.in), out_pad = pad16(v.out);
+    if (in_pad > kMaxWidth || out_pad > kMaxWidth) return plan;
+    l.in = static_cast<int>(v.in);
+    l.out = static_cast<int>(v.out);
+    l.in_pad = static_cast<int>(in_pad);
+    l.out_pad = static_cast<int>(out_pad);
+    l.bias = static_cast<const float*>(v.bias);
+    l.bias_stride = v.bias_stride;
+    l.want_dw = v.grad_weight != nullptr;
+    l.want_db = v.grad_bias != nullptr;
+    l.w_ws = halves;
+    halves += out_pad * in_pad;
+    l.w_sm = static_cast<int>(sm_halves);
+    sm_halves += out_pad * (in_pad + kSkew);
+    l.a_sm = static_cast<int>(act_halves);
+    act_halves += 16 * (in_pad + kSkew);
+    l.d1_sm = static_cast<int>(d1_len);
+    d1_len += 16 * out_pad;
+    l.db_sm = static_cast<int>(db_len);
+    db_len += out_pad;
+    l.dw_acc = dw_len;
+    dw_len += out_pad * (in_pad + kDwSkew);
+    maxw = std::max({maxw, in_pad, out_pad});
+  }
+  a.weight_halves = halves;
+  a.ld_g = static_cast<int>(maxw + kSkew);
+  a.d1_16 = sigma_prime_is_01(p.activation) && sigma_prime_is_01(p.output_activation);
+  std::size_t off = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t at = off;
+    off += align128(bytes);
+    return static_cast<int>(at);
+  };
+  a.g0 = take(16 * a.ld_g * sizeof(S));
+  a.g1 = take(16 * a.ld_g * sizeof(S));
+  a.scratch = take(16 * kScratchLd * sizeof(float));
+  if (backward) {
+    a.acts = take(act_halves * sizeof(S));
+    a.d1s = take(d1_len * (a.d1_16 ? sizeof(__half) : sizeof(float)));
+    a.dbs = take(db_len * sizeof(float));
+  }
+  const std::size_t warp_bytes = off;
+  const std::size_t weight_bytes = align128(sm_halves * sizeof(S));
+  const std::size_t dw_bytes = align128(dw_len * sizeof(float));
+  // Preference: more warps per block (more rows per dW product and per weight stage), then
+  // resident weights, then a shared-memory dW accumulator.
+  bool found = false;
+  for (int warps = kMaxWarps; warps >= 1 && !found; warps /= 2) {
+    for (int resident = 1; resident >= 0 && !found; --resident) {
+      for (int dw_smem = backward ? 1 : 0; dw_smem >= 0 && !found; --dw_smem) {
+        const std::size_t bytes =
+            (resident ? weight_bytes : 0) + (dw_smem ? dw_bytes : 0) + warps * warp_bytes;
+        if (bytes > static_cast<std::size_t>(optin)) continue;
+        found = true;
+        a.warps = warps;
+        a.resident = resident;
+        a.dw_in_smem = dw_smem;
+        plan.smem = bytes;
+      }
+    }
+  }
+  if (!found) return plan;
+  a.dw_base = static_cast<int>(a.resident ? weight_bytes : 0);
+  a.warp_base = a.dw_base + static_cast<int>(a.dw_in_smem ? dw_bytes : 0);
+  a.warp_bytes = static_cast<int>(warp_bytes);
+  a.tiles = (p.batch + 16 * a.warps - 1) / (16 * a.warps);
+  if (backward) {
+    a.dw_len = dw_len;
+    a.db_len = db_len;
+    a.slot_len = static_cast<int64_t>((dw_len + db_len + 63) / 64 * 64);
+    for (int k = 0; k < p.num_layers; ++k) a.layers[k].db_slot = dw_len + a.layers[k].db_sm;
+  }
+  const auto kernel = backward ? backward_kernel<S> : forward_kernel<S>;
+  cuda::DeviceGuard guard(device, p.op);
+  cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(plan.smem)),
+              p.op, "cudaFuncSetAttribute(fused mlp kernel)");
+  int per_sm = 0;
+  cuda::check(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * a.warps, plan.smem), p.op,
+      "cudaOccupancyMaxActiveBlocksPerMultiprocessor(fused mlp kernel)");
+  if (per_sm < 1) return plan;
+  plan.grid = static_cast<int>(std::min<int64_t>(a.tiles, static_cast<int64_t>(sms) * per_sm));
+  plan.partials_offset = (static_cast<std::size_t>(halves) * sizeof(S) + 255) / 256 * 256;
+  plan.total = plan.partials_offset +
+               (backward ? static_cast<std::size_t>(plan.grid) * a.slot_len * sizeof(float) : 0);
+  plan.total = std::max<std::size_t>(plan.total, 1);
+  plan.ok = true;
+  return plan;
+}
+
+/// Converts the weights into the workspace, runs the fused kernel and (backward) sums the
+/// per-block partials into the parameter gradients. `a` is the plan's Args with the call's
+/// pointers filled in.
+template <class S>
+void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, Pass pass) {
+  cuda::ProfileRange range(p.op);
+  cuda::DeviceGuard guard(p.device.index, p.op);
+  const auto stream = static_cast<cudaStream_t>(s.handle);
+  char* ws = static_cast<char*>(workspace);
+  a.weights = ws;
+  a.partials = reinterpret_cast<float*>(ws + plan.partials_offset);
+  const bool backward = pass == Pass::Backward;
+  if (a.tiles > 0) {
+    for (int k = 0; k < p.num_layers; ++k) {
+      const LayerView& v = p.layers[k];
+      const Layer& l = a.layers[k];
+      const int64_t count = static_cast<int64_t>(l.out_pad) * l.in_pad;
+      const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(count, 256), 1024));
+      convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(
+          static_cast<const float*>(v.weight), v.weight_stride_out, v.weight_stride_in, l.out, l.in,
+          l.in_pad, count, static_cast<S*>(static_cast<void*>(ws)) + l.w_ws);
+      cuda::check_launch(p.op, "convert_weights_kernel", stream);
+    }
+    if (backward) {
+      backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+      cuda::check_launch(p.op, "fused backward_kernel", stream);
+    } else {
+      forward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+      cuda::check_launch(p.op, "fused forward_kernel", stream);
+    }
+  }
+  if (!backward) return;
+  const int blocks = a.tiles > 0 ? plan.grid : 0;
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& v = p.layers[k];
+    const Layer& l = a.layers[k];
+    struct Part {
+      void* out;
+      int64_t offset, cols, ld, count;
+    };
+    const Part parts[2] = {
+        {v.grad_weight, l.dw_acc, l.in, l.in_pad + kDwSkew, static_cast<int64_t>(l.out) * l.in},
+        {v.grad_bias, l.db_slot, l.out, l.out, l.out}};
+    for (const Part& part : parts) {
+      if (part.out == nullptr) continue;
+      const int rb = static_cast<int>(std::min<int64_t>(cuda::ceil_div(part.count, 256), 1024));
+      reduce_padded_kernel<<<rb, 256, 0, stream>>>(a.partials, a.slot_len, blocks, part.offset,
+                                                   part.cols, part.ld, part.count,
+                                                   static_cast<float*>(part.out));
+      cuda::check_launch(p.op, "reduce_padded_kernel", stream);
+    }
+  }
+}
+
+}  // namespace fieldfuse::detail::mlp::fused
