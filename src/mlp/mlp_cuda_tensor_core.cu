@@ -145,24 +145,38 @@ fused::Plan fused_plan(const Problem& p, fused::Pass pass) {
   return fused::make_plan<typename Engine::Operand>(p, pass);
 }
 
-/// The plan's kernel arguments with the input x filled in.
-inline fused::Args fused_args(const fused::Plan& plan, const MatrixView& x) {
+/// The plan's kernel arguments with the input x (and the backward entries' grad_out) filled in.
+inline fused::Args fused_args(const fused::Plan& plan, const MatrixView& x,
+                              const MatrixView* grad_out = nullptr) {
   fused::Args a = plan.args;
   a.x = static_cast<const float*>(x.data);
   a.x_sr = x.stride_row;
   a.x_sc = x.stride_col;
+  if (grad_out != nullptr) {
+    a.grad_out = static_cast<const float*>(grad_out->data);
+    a.go_sr = grad_out->stride_row;
+    a.go_sc = grad_out->stride_col;
+  }
   return a;
 }
 
-/// Workspace bytes of one entry: the fused plan's, else the tile kernels'. The double backward
-/// always runs the tile kernels.
+/// The fused pass of a tile entry.
+inline fused::Pass pass_of(tile::Entry entry) {
+  switch (entry) {
+    case tile::Entry::Forward:
+      return fused::Pass::Forward;
+    case tile::Entry::Backward:
+      return fused::Pass::Backward;
+    default:
+      return fused::Pass::DoubleBackward;
+  }
+}
+
+/// Workspace bytes of one entry: the fused plan's, else the tile kernels'.
 template <class Engine>
 std::size_t workspace_of(const Problem& p, tile::Entry entry) {
-  if (entry != tile::Entry::DoubleBackward) {
-    const auto pass = entry == tile::Entry::Forward ? fused::Pass::Forward : fused::Pass::Backward;
-    const fused::Plan plan = fused_plan<Engine>(p, pass);
-    if (plan.ok) return plan.total;
-  }
+  const fused::Plan plan = fused_plan<Engine>(p, pass_of(entry));
+  if (plan.ok) return plan.total;
   return tile::workspace_bytes<Engine>(p, entry);
 }
 
@@ -203,10 +217,7 @@ void backward_cuda_tensor_core(const BackwardArgs& args) {
     using Engine = decltype(engine);
     const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::Backward);
     if (!plan.ok) return tile::launch<Engine>(args);
-    fused::Args a = fused_args(plan, args.x);
-    a.grad_out = static_cast<const float*>(args.grad_out.data);
-    a.go_sr = args.grad_out.stride_row;
-    a.go_sc = args.grad_out.stride_col;
+    fused::Args a = fused_args(plan, args.x, &args.grad_out);
     a.grad_x = static_cast<float*>(args.grad_x);
     fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
                                          fused::Pass::Backward);
@@ -214,7 +225,19 @@ void backward_cuda_tensor_core(const BackwardArgs& args) {
 }
 
 void double_backward_cuda_tensor_core(const DoubleBackwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+  dispatch(args.problem, [&](auto engine) {
+    using Engine = decltype(engine);
+    const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::DoubleBackward);
+    if (!plan.ok) return tile::launch<Engine>(args);
+    fused::Args a = fused_args(plan, args.x, &args.grad_out);
+    a.grad_grad_x = static_cast<const float*>(args.grad_grad_x.data);
+    a.ggx_sr = args.grad_grad_x.stride_row;
+    a.ggx_sc = args.grad_grad_x.stride_col;
+    a.grad_grad_out = static_cast<float*>(args.grad_grad_out);
+    a.grad_x = static_cast<float*>(args.grad_x);
+    fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
+                                         fused::Pass::DoubleBackward);
+  });
 }
 
 }  // namespace fieldfuse::detail::mlp
