@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA tensor-core driver of the MLP family (compute_dtype float16/bfloat16 on float32 masters):
-// the fused row-tile kernels of mlp_cuda_tile.cuh over a WMMA engine with float32 accumulation.
+// the warp-fused kernels of mlp_cuda_warp_fused.cuh where their plan fits, else the row-tile
+// kernels of mlp_cuda_tile.cuh over a WMMA engine with float32 accumulation.
 #include <mma.h>
 
 #include <string>
@@ -139,105 +140,36 @@ decltype(auto) dispatch(const Problem& p, const F& f) {
   }
 }
 
-/// The warp-fused plan of `pass` when it covers the problem (Note [mlp warp-fused kernel]).
-template <class Engine>
-fused::Plan fused_plan(const Problem& p, fused::Pass pass) {
-  return fused::make_plan<typename Engine::Operand>(p, pass);
-}
-
-/// The plan's kernel arguments with the input x (and the backward entries' grad_out) filled in.
-inline fused::Args fused_args(const fused::Plan& plan, const MatrixView& x,
-                              const MatrixView* grad_out = nullptr) {
-  fused::Args a = plan.args;
-  a.x = static_cast<const float*>(x.data);
-  a.x_sr = x.stride_row;
-  a.x_sc = x.stride_col;
-  if (grad_out != nullptr) {
-    a.grad_out = static_cast<const float*>(grad_out->data);
-    a.go_sr = grad_out->stride_row;
-    a.go_sc = grad_out->stride_col;
-  }
-  return a;
-}
-
-/// The fused pass of a tile entry.
-inline fused::Pass pass_of(tile::Entry entry) {
-  switch (entry) {
-    case tile::Entry::Forward:
-      return fused::Pass::Forward;
-    case tile::Entry::Backward:
-      return fused::Pass::Backward;
-    default:
-      return fused::Pass::DoubleBackward;
-  }
-}
-
-/// Workspace bytes of one entry: the fused plan's, else the tile kernels'.
-template <class Engine>
-std::size_t workspace_of(const Problem& p, tile::Entry entry) {
-  const fused::Plan plan = fused_plan<Engine>(p, pass_of(entry));
-  if (plan.ok) return plan.total;
-  return tile::workspace_bytes<Engine>(p, entry);
-}
-
 }  // namespace
 
 std::size_t forward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return workspace_of<decltype(engine)>(problem, tile::Entry::Forward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::Forward);
   });
 }
 
 std::size_t backward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return workspace_of<decltype(engine)>(problem, tile::Entry::Backward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::Backward);
   });
 }
 
 std::size_t double_backward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return workspace_of<decltype(engine)>(problem, tile::Entry::DoubleBackward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::DoubleBackward);
   });
 }
 
 void forward_cuda_tensor_core(const ForwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) {
-    using Engine = decltype(engine);
-    const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::Forward);
-    if (!plan.ok) return tile::launch<Engine>(args);
-    fused::Args a = fused_args(plan, args.x);
-    a.out = static_cast<float*>(args.out);
-    fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
-                                         fused::Pass::Forward);
-  });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 void backward_cuda_tensor_core(const BackwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) {
-    using Engine = decltype(engine);
-    const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::Backward);
-    if (!plan.ok) return tile::launch<Engine>(args);
-    fused::Args a = fused_args(plan, args.x, &args.grad_out);
-    a.grad_x = static_cast<float*>(args.grad_x);
-    fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
-                                         fused::Pass::Backward);
-  });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 void double_backward_cuda_tensor_core(const DoubleBackwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) {
-    using Engine = decltype(engine);
-    const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::DoubleBackward);
-    if (!plan.ok) return tile::launch<Engine>(args);
-    fused::Args a = fused_args(plan, args.x, &args.grad_out);
-    a.grad_grad_x = static_cast<const float*>(args.grad_grad_x.data);
-    a.ggx_sr = args.grad_grad_x.stride_row;
-    a.ggx_sc = args.grad_grad_x.stride_col;
-    a.grad_grad_out = static_cast<float*>(args.grad_grad_out);
-    a.grad_x = static_cast<float*>(args.grad_x);
-    fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
-                                         fused::Pass::DoubleBackward);
-  });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 }  // namespace fieldfuse::detail::mlp

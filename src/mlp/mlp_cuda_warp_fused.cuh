@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_launch.cuh"
+#include "mlp/mlp_cuda_tile.cuh"
 #include "mlp/mlp_drivers.h"
 
 namespace fieldfuse::detail::mlp::fused {
@@ -23,6 +25,10 @@ namespace fieldfuse::detail::mlp::fused {
 // fully fused MLP design instead, for the problems it covers (sm_80+, at most kMaxLayers layers,
 // every padded width <= kMaxWidth, and the plan fits in shared memory; the rest keep the tile
 // kernels):
+// - "16-bit" below is the operand type S: float16/bfloat16 for the tensor-core driver, float32
+//   for the SIMT driver's float32 problems, whose products are FMAs in registers (Regs: each lane
+//   owns the 8 elements of a 16×16 tile that a spilled WMMA tile would give it, so the rest of the
+//   code is the same); float64 keeps the tile kernels;
 // - the float32 master weights are converted ONCE per call into the workspace as 16-bit
 //   [out_pad, in_pad] matrices, zero-padded to multiples of 16 (convert_weights_kernel);
 // - a block of `warps` warps (1, 2 or 4) walks row tiles of 16·warps rows (persistent grid);
@@ -58,7 +64,7 @@ namespace wmma = nvcuda::wmma;
 constexpr int kMaxWarps = 4;
 constexpr int kMaxLayers = 16;
 constexpr int kMaxWidth = 256;
-constexpr int kSkew = 8;        ///< 16-bit elements of row padding (keeps rows 16-byte aligned)
+constexpr int kSkew = 8;        ///< elements of row padding (keeps rows 16-byte aligned)
 constexpr int kScratchLd = 20;  ///< float32 scratch row pitch (a multiple of 4, as WMMA needs)
 constexpr int kDwSkew = 4;      ///< float32 dW accumulator row padding
 
@@ -101,14 +107,13 @@ struct Args {
   float* grad_grad_out = nullptr;  ///< t_L (double backward), or null
   float* out = nullptr;
   float* grad_x = nullptr;
-  const void* weights = nullptr;  ///< the converted 16-bit weights in the workspace
+  const void* weights = nullptr;  ///< the converted weights (type S) in the workspace
   int resident = 0;               ///< weights staged in shared memory
-  int64_t weight_halves = 0;      ///< Σ out_pad·in_pad (the converted copy)
   int d1_16 = 0;                  ///< σ′ stored in 16 bits
   int dw_in_smem = 0;
   float* partials = nullptr;
   int64_t slot_len = 0, dw_len = 0, db_len = 0;  ///< floats
-  int ld_g = 0;                                  ///< 16-bit ping-pong row pitch (max width + kSkew)
+  int ld_g = 0;                                  ///< ping-pong row pitch (max width + kSkew)
   // Byte offsets in dynamic shared memory: the dW accumulator, the warps' regions (each
   // warp_bytes long) and, within a warp's region, its buffers.
   int dw_base = 0, warp_base = 0, warp_bytes = 0;
@@ -147,45 +152,93 @@ static __global__ void reduce_padded_kernel(const float* partials, int64_t slot_
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
-using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
 __device__ FF_FORCE_INLINE int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 __device__ FF_FORCE_INLINE int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
+/// The row of this lane's element i of a 16×16 tile in the spill layout (column: lane % 16).
+__device__ FF_FORCE_INLINE int row_of(int i) { return (lane_id() >> 4) + 2 * i; }
 
-/// c = Σ_kk A[16, 16kk..] · B[16kk.., 16]: A row-major (pitch lda); B's k-th 16-row step starts at
-/// b + kk·b_step, in `BLayout` with pitch ldb.
+using Frag = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// This lane's 8 elements of a warp's 16×16 float32 tile in the spill layout: the float32 (SIMT)
+/// engine's accumulator.
+struct Regs {
+  float v[8];
+};
+
+/// The warp's 16×16 float32 product tile: a WMMA accumulator for 16-bit operands, Regs for
+/// float32 operands (FMAs in registers: float32 has no exact tensor-core product).
+template <class S>
+using Acc = std::conditional_t<std::is_same_v<S, float>, Regs, Frag>;
+
+/// c += Σ_kk A[16, 16kk..] · B[16kk.., 16]: A row-major (pitch lda); B's k-th 16-row step starts at
+/// b + kk·b_step, in `BLayout` with pitch ldb. The float32 engine reads 4 k at a time (pitches and
+/// bases are multiples of 4 elements) and adds in k order.
 template <class S, class BLayout>
-__device__ FF_FORCE_INLINE void warp_product_add(Acc& c, const S* a, int lda, const S* b, int ldb,
-                                                 int64_t b_step, int ksteps) {
-  for (int kk = 0; kk < ksteps; ++kk) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, S, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, S, BLayout> fb;
-    wmma::load_matrix_sync(fa, a + kk * 16, lda);
-    wmma::load_matrix_sync(fb, b + kk * b_step, ldb);
-    wmma::mma_sync(c, fa, fb, c);
+__device__ FF_FORCE_INLINE void warp_product_add(Acc<S>& c, const S* a, int lda, const S* b,
+                                                 int ldb, int64_t b_step, int ksteps) {
+  if constexpr (std::is_same_v<S, float>) {
+    const int col = lane_id() & 15;
+    for (int kk = 0; kk < ksteps; ++kk) {
+      const float* ak = a + kk * 16;
+      const float* bk = b + kk * b_step;
+#pragma unroll
+      for (int k = 0; k < 16; k += 4) {
+        float bv[4];
+        if constexpr (std::is_same_v<BLayout, wmma::col_major>) {  // B[k, n] = bk[n·ldb + k]
+          const float4 t = *reinterpret_cast<const float4*>(bk + col * ldb + k);
+          bv[0] = t.x, bv[1] = t.y, bv[2] = t.z, bv[3] = t.w;
+        } else {  // B[k, n] = bk[k·ldb + n]
+#pragma unroll
+          for (int q = 0; q < 4; ++q) bv[q] = bk[(k + q) * ldb + col];
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float4 av = *reinterpret_cast<const float4*>(ak + row_of(i) * lda + k);
+          c.v[i] = fmaf(av.x, bv[0], c.v[i]);
+          c.v[i] = fmaf(av.y, bv[1], c.v[i]);
+          c.v[i] = fmaf(av.z, bv[2], c.v[i]);
+          c.v[i] = fmaf(av.w, bv[3], c.v[i]);
+        }
+      }
+    }
+  } else {
+    for (int kk = 0; kk < ksteps; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, S, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, S, BLayout> fb;
+      wmma::load_matrix_sync(fa, a + kk * 16, lda);
+      wmma::load_matrix_sync(fb, b + kk * b_step, ldb);
+      wmma::mma_sync(c, fa, fb, c);
+    }
   }
 }
 
 /// c = the same product, from zero.
 template <class S, class BLayout>
-__device__ FF_FORCE_INLINE void warp_product(Acc& c, const S* a, int lda, const S* b, int ldb,
+__device__ FF_FORCE_INLINE void warp_product(Acc<S>& c, const S* a, int lda, const S* b, int ldb,
                                              int64_t b_step, int ksteps) {
-  wmma::fill_fragment(c, 0.0f);
+  if constexpr (std::is_same_v<S, float>) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) c.v[i] = 0.0f;
+  } else {
+    wmma::fill_fragment(c, 0.0f);
+  }
   warp_product_add<S, BLayout>(c, a, lda, b, ldb, b_step, ksteps);
 }
 
-/// Stores c to the warp's scratch and returns this lane's 8 elements: element i is at row
-/// (lane / 16) + 2i, column lane % 16 of the 16×16 tile.
-__device__ FF_FORCE_INLINE void spill(const Acc& c, float* scratch, float (&v)[8]) {
-  wmma::store_matrix_sync(scratch, c, kScratchLd, wmma::mem_row_major);
-  __syncwarp();
-  const int lane = lane_id();
+/// This lane's 8 elements of c in the spill layout. A WMMA accumulator goes through the warp's
+/// scratch tile (its register layout is unspecified); Regs already are in that layout.
+__device__ FF_FORCE_INLINE void spill(const Regs& c, float*, float (&v)[8]) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = scratch[((lane >> 4) + 2 * i) * kScratchLd + (lane & 15)];
-  __syncwarp();
+  for (int i = 0; i < 8; ++i) v[i] = c.v[i];
 }
 
-__device__ FF_FORCE_INLINE int row_of(int i) { return (lane_id() >> 4) + 2 * i; }
+__device__ FF_FORCE_INLINE void spill(const Frag& c, float* scratch, float (&v)[8]) {
+  wmma::store_matrix_sync(scratch, c, kScratchLd, wmma::mem_row_major);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = scratch[row_of(i) * kScratchLd + (lane_id() & 15)];
+  __syncwarp();
+}
 
 /// The weight of layer l as a B operand: its base and row pitch (resident or in the workspace).
 template <class S>
@@ -200,12 +253,13 @@ template <class S>
 __device__ void stage_weights(const Args& a, S* wsm) {
   for (int k = 0; k < a.num_layers; ++k) {
     const Layer& l = a.layers[k];
+    constexpr int kVec = 16 / sizeof(S);  // elements per 16 bytes
     const uint4* src = reinterpret_cast<const uint4*>(static_cast<const S*>(a.weights) + l.w_ws);
-    const int per_row = l.in_pad / 8;
+    const int per_row = l.in_pad / kVec;
     const int n = l.out_pad * per_row;
     for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {
       const int o = e / per_row, c = e % per_row;
-      *reinterpret_cast<uint4*>(wsm + l.w_sm + o * (l.in_pad + kSkew) + c * 8) = src[e];
+      *reinterpret_cast<uint4*>(wsm + l.w_sm + o * (l.in_pad + kSkew) + c * kVec) = src[e];
     }
   }
 }
@@ -239,7 +293,7 @@ __device__ FF_FORCE_INLINE void layer_forward(const Args& a, const Layer& l, con
   int ldw = 0;
   const S* w = weight_of(a, l, wsm, ldw);
   for (int j = 0; j < l.out_pad / 16; ++j) {
-    Acc c;
+    Acc<S> c;
     warp_product<S, wmma::col_major>(c, in, ldin, w + j * 16 * ldw, ldw, 16, l.in_pad / 16);
     float v[8];
     spill(c, scratch, v);
@@ -390,22 +444,46 @@ __device__ FF_FORCE_INLINE void accumulate_dw(const Args& a, unsigned char* smem
   for (int f = warp_id(); f < mt * nt; f += a.warps) {
     const int m = f / nt, n = f % nt;
     float* at = acc + l.dw_acc + m * 16 * ldd + n * 16;
-    Acc c;
-    wmma::load_matrix_sync(c, at, ldd, wmma::mem_row_major);
-    for (int w = 0; w < a.warps; ++w) {
-      const unsigned char* theirs = smem + a.warp_base + w * a.warp_bytes;
+    if constexpr (std::is_same_v<S, float>) {  // this lane's 8 elements, rows in order
+      const int col = lane_id() & 15;
+      Regs c;
 #pragma unroll
-      for (int t = 0; t < N; ++t) {
-        const S* delta = reinterpret_cast<const S*>(theirs + terms[t].lhs);
-        const S* act = reinterpret_cast<const S*>(theirs + terms[t].rhs);
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, S, wmma::col_major> fa;  // δᵀ
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, S, wmma::row_major> fb;  // a
-        wmma::load_matrix_sync(fa, delta + m * 16, terms[t].lhs_ld);
-        wmma::load_matrix_sync(fb, act + n * 16, terms[t].rhs_ld);
-        wmma::mma_sync(c, fa, fb, c);
+      for (int i = 0; i < 8; ++i) c.v[i] = at[row_of(i) * ldd + col];
+      for (int w = 0; w < a.warps; ++w) {
+        const unsigned char* theirs = smem + a.warp_base + w * a.warp_bytes;
+#pragma unroll
+        for (int t = 0; t < N; ++t) {
+          const float* delta = reinterpret_cast<const float*>(theirs + terms[t].lhs) + m * 16;
+          const float* act = reinterpret_cast<const float*>(theirs + terms[t].rhs) + n * 16;
+          for (int r = 0; r < 16; ++r) {
+            const float b = act[r * terms[t].rhs_ld + col];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              c.v[i] = fmaf(delta[r * terms[t].lhs_ld + row_of(i)], b, c.v[i]);
+            }
+          }
+        }
       }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) at[row_of(i) * ldd + col] = c.v[i];
+    } else {
+      Frag c;
+      wmma::load_matrix_sync(c, at, ldd, wmma::mem_row_major);
+      for (int w = 0; w < a.warps; ++w) {
+        const unsigned char* theirs = smem + a.warp_base + w * a.warp_bytes;
+#pragma unroll
+        for (int t = 0; t < N; ++t) {
+          const S* delta = reinterpret_cast<const S*>(theirs + terms[t].lhs);
+          const S* act = reinterpret_cast<const S*>(theirs + terms[t].rhs);
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, S, wmma::col_major> fa;  // δᵀ
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, S, wmma::row_major> fb;  // a
+          wmma::load_matrix_sync(fa, delta + m * 16, terms[t].lhs_ld);
+          wmma::load_matrix_sync(fb, act + n * 16, terms[t].rhs_ld);
+          wmma::mma_sync(c, fa, fb, c);
+        }
+      }
+      wmma::store_matrix_sync(at, c, ldd, wmma::mem_row_major);
     }
-    wmma::store_matrix_sync(at, c, ldd, wmma::mem_row_major);
   }
 }
 
@@ -437,7 +515,7 @@ __device__ FF_FORCE_INLINE void reverse_sweep(const Args& a, unsigned char* smem
     int ldw = 0;
     const S* w = weight_of(a, l, wsm, ldw);
     for (int j = 0; j < l.in_pad / 16; ++j) {
-      Acc c;
+      Acc<S> c;
       warp_product<S, wmma::row_major>(c, gcur, a.ld_g, w + j * 16, ldw,
                                        static_cast<int64_t>(16) * ldw, l.out_pad / 16);
       extra(l, j, c);
@@ -531,7 +609,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
           const Outer terms[1] = {outer_with_input<S>(a, l, cur)};
           accumulate_dw<S>(a, smem, l, terms, acc);
         },
-        [&](const Layer&, int, Acc&) {},
+        [&](const Layer&, int, Acc<S>&) {},
         [&](const Layer& l, int j, const float(&v)[8], S* dst) {
           emit_delta(a, mine, l, j, v, dst);
         });
@@ -602,7 +680,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
           const Layer& n = a.layers[k + 1];
           int ldw = 0;
           const S* w = weight_of(a, n, wsm, ldw);
-          Acc c;
+          Acc<S> c;
           warp_product<S, wmma::row_major>(c, deltas + n.dl_sm, n.out_pad + kSkew, w + j * 16, ldw,
                                            static_cast<int64_t>(16) * ldw, n.out_pad / 16);
           spill(c, scratch, g);
@@ -631,7 +709,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
       int ldw = 0;
       const S* w = weight_of(a, l, wsm, ldw);
       for (int j = 0; j < l.out_pad / 16; ++j) {
-        Acc c;
+        Acc<S> c;
         warp_product<S, wmma::col_major>(c, tans + l.a_sm, ldi, w + j * 16 * ldw, ldw, 16,
                                          l.in_pad / 16);
         if (l.has_v) {
@@ -676,7 +754,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
                     a.tans + l.a_sm * static_cast<int>(sizeof(S)), l.in_pad + kSkew}};
           accumulate_dw<S>(a, smem, l, terms, acc);
         },
-        [&](const Layer& l, int j, Acc& c) {  // + δ_k V_k
+        [&](const Layer& l, int j, Acc<S>& c) {  // + δ_k V_k
           if (!l.has_v) return;
           warp_product_add<S, wmma::row_major>(c, deltas + l.dl_sm, l.out_pad + kSkew,
                                                v_of<S>(a, l) + j * 16, l.in_pad,
@@ -715,6 +793,20 @@ struct Plan {
   std::size_t partials_offset = 0, total = 0;
 };
 
+/// The plan's kernel arguments with the call's x (and the backward entries' grad_out) filled in.
+inline Args args_for(const Plan& plan, const MatrixView& x, const MatrixView* grad_out = nullptr) {
+  Args a = plan.args;
+  a.x = static_cast<const float*>(x.data);
+  a.x_sr = x.stride_row;
+  a.x_sc = x.stride_col;
+  if (grad_out != nullptr) {
+    a.grad_out = static_cast<const float*>(grad_out->data);
+    a.go_sr = grad_out->stride_row;
+    a.go_sc = grad_out->stride_col;
+  }
+  return a;
+}
+
 inline bool sigma_prime_is_01(Activation kind) {
   return kind == Activation::ReLU || kind == Activation::None;
 }
@@ -740,8 +832,8 @@ Plan make_plan(const Problem& p, Pass pass) {
   a.hidden = p.activation;
   a.output = p.output_activation;
   a.params = p.params;
-  int64_t maxw = 0, halves = 0, sm_halves = 0, act_halves = 0, d1_len = 0, db_len = 0, dw_len = 0,
-          delta_halves = 0;
+  int64_t maxw = 0, elems = 0, sm_elems = 0, act_elems = 0, d1_len = 0, db_len = 0, dw_len = 0,
+          delta_elems = 0;
   for (int k = 0; k < p.num_layers; ++k) {
     const LayerView& v = p.layers[k];
     Layer& l = a.layers[k];
@@ -758,14 +850,14 @@ Plan make_plan(const Problem& p, Pass pass) {
     l.has_v = v.grad_grad_weight != nullptr;
     l.c = static_cast<const float*>(v.grad_grad_bias);
     l.c_stride = v.grad_grad_bias_stride;
-    l.dl_sm = static_cast<int>(delta_halves);
-    delta_halves += 16 * (out_pad + kSkew);
-    l.w_ws = halves;
-    halves += out_pad * in_pad;
-    l.w_sm = static_cast<int>(sm_halves);
-    sm_halves += out_pad * (in_pad + kSkew);
-    l.a_sm = static_cast<int>(act_halves);
-    act_halves += 16 * (in_pad + kSkew);
+    l.dl_sm = static_cast<int>(delta_elems);
+    delta_elems += 16 * (out_pad + kSkew);
+    l.w_ws = elems;
+    elems += out_pad * in_pad;
+    l.w_sm = static_cast<int>(sm_elems);
+    sm_elems += out_pad * (in_pad + kSkew);
+    l.a_sm = static_cast<int>(act_elems);
+    act_elems += 16 * (in_pad + kSkew);
     l.d1_sm = static_cast<int>(d1_len);
     d1_len += 16 * out_pad;
     l.db_sm = static_cast<int>(db_len);
@@ -776,8 +868,7 @@ Plan make_plan(const Problem& p, Pass pass) {
   }
   // The double backward's converted V copies follow the weights, in the same layout (always
   // reserved: the workspace query does not know which V are given).
-  for (int k = 0; k < p.num_layers; ++k) a.layers[k].v_ws = halves + a.layers[k].w_ws;
-  a.weight_halves = halves;
+  for (int k = 0; k < p.num_layers; ++k) a.layers[k].v_ws = elems + a.layers[k].w_ws;
   a.ld_g = static_cast<int>(maxw + kSkew);
   a.d1_16 = !twice && sigma_prime_is_01(p.activation) && sigma_prime_is_01(p.output_activation);
   std::size_t off = 0;
@@ -790,17 +881,17 @@ Plan make_plan(const Problem& p, Pass pass) {
   a.g1 = take(16 * a.ld_g * sizeof(S));
   a.scratch = take(16 * kScratchLd * sizeof(float));
   if (backward) {
-    a.acts = take(act_halves * sizeof(S));
+    a.acts = take(act_elems * sizeof(S));
     a.d1s = take(d1_len * (a.d1_16 ? sizeof(__half) : sizeof(float)));
     a.dbs = take(db_len * sizeof(float));
   }
   if (twice) {
-    a.tans = take(act_halves * sizeof(S));
+    a.tans = take(act_elems * sizeof(S));
     a.curvs = take(d1_len * sizeof(float));
-    a.deltas = take(delta_halves * sizeof(S));
+    a.deltas = take(delta_elems * sizeof(S));
   }
   const std::size_t warp_bytes = off;
-  const std::size_t weight_bytes = align128(sm_halves * sizeof(S));
+  const std::size_t weight_bytes = align128(sm_elems * sizeof(S));
   const std::size_t dw_bytes = align128(dw_len * sizeof(float));
   // Preference: more warps per block (more rows per dW product and per weight stage), then
   // resident weights, then a shared-memory dW accumulator.
@@ -843,7 +934,7 @@ Plan make_plan(const Problem& p, Pass pass) {
   if (per_sm < 1) return plan;
   plan.grid = static_cast<int>(std::min<int64_t>(a.tiles, static_cast<int64_t>(sms) * per_sm));
   const int64_t copies = twice ? 2 : 1;  // W, and V in the double backward
-  plan.partials_offset = (static_cast<std::size_t>(copies * halves) * sizeof(S) + 255) / 256 * 256;
+  plan.partials_offset = (static_cast<std::size_t>(copies * elems) * sizeof(S) + 255) / 256 * 256;
   plan.total = plan.partials_offset +
                (backward ? static_cast<std::size_t>(plan.grid) * a.slot_len * sizeof(float) : 0);
   plan.total = std::max<std::size_t>(plan.total, 1);
@@ -912,6 +1003,75 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
       cuda::check_launch(p.op, "reduce_padded_kernel", stream);
     }
   }
+}
+
+/// Runs the forward, backward or double backward entry on the fused plan `plan` (which must be
+/// ok): fills the call's pointers in and calls run().
+template <class S>
+void launch_fused(const Plan& plan, const ForwardArgs& args) {
+  Args a = args_for(plan, args.x);
+  a.out = static_cast<float*>(args.out);
+  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::Forward);
+}
+
+template <class S>
+void launch_fused(const Plan& plan, const BackwardArgs& args) {
+  Args a = args_for(plan, args.x, &args.grad_out);
+  a.grad_x = static_cast<float*>(args.grad_x);
+  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::Backward);
+}
+
+template <class S>
+void launch_fused(const Plan& plan, const DoubleBackwardArgs& args) {
+  Args a = args_for(plan, args.x, &args.grad_out);
+  a.grad_grad_x = static_cast<const float*>(args.grad_grad_x.data);
+  a.ggx_sr = args.grad_grad_x.stride_row;
+  a.ggx_sc = args.grad_grad_x.stride_col;
+  a.grad_grad_out = static_cast<float*>(args.grad_grad_out);
+  a.grad_x = static_cast<float*>(args.grad_x);
+  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::DoubleBackward);
+}
+
+/// The fused pass of a tile entry.
+inline Pass pass_of(tile::Entry entry) {
+  switch (entry) {
+    case tile::Entry::Forward:
+      return Pass::Forward;
+    case tile::Entry::Backward:
+      return Pass::Backward;
+    default:
+      return Pass::DoubleBackward;
+  }
+}
+
+/// Whether an engine's problems may take the fused path: 16-bit or float32 operands (float64
+/// keeps the tile kernels).
+template <class Engine>
+constexpr bool kFusable = !std::is_same_v<typename Engine::Operand, double>;
+
+/// Workspace bytes of one entry: the fused plan's when it covers the problem, else the tile
+/// kernels'.
+template <class Engine>
+std::size_t workspace_bytes(const Problem& p, tile::Entry entry) {
+  if constexpr (kFusable<Engine>) {
+    const Plan plan = make_plan<typename Engine::Operand>(p, pass_of(entry));
+    if (plan.ok) return plan.total;
+  }
+  return tile::workspace_bytes<Engine>(p, entry);
+}
+
+/// Any entry of mlp_drivers.h (it follows from the argument struct): the fused kernels when their
+/// plan covers the problem, else the tile kernels.
+template <class Engine, class EntryArgs>
+void launch(const EntryArgs& args) {
+  if constexpr (kFusable<Engine>) {
+    constexpr Pass pass = std::is_same_v<EntryArgs, ForwardArgs>    ? Pass::Forward
+                          : std::is_same_v<EntryArgs, BackwardArgs> ? Pass::Backward
+                                                                    : Pass::DoubleBackward;
+    const Plan plan = make_plan<typename Engine::Operand>(args.problem, pass);
+    if (plan.ok) return launch_fused<typename Engine::Operand>(plan, args);
+  }
+  tile::launch<Engine>(args);
 }
 
 }  // namespace fieldfuse::detail::mlp::fused
