@@ -346,6 +346,13 @@ def test_cuda_float32_warp_fused_plans_every_order_and_bits(activation, sizes):
 
 
 @cuda_only
+def test_cuda_float32_tile_kernels_every_order():
+    # An input wider than the warp-fused kernels take (padded width > 256) keeps float32 on the
+    # tile kernels (Note [mlp tile kernel]): every order against the float64 reference.
+    test_cuda_float32_warp_fused_plans_every_order_and_bits("softplus", [300, 32, 2])
+
+
+@cuda_only
 def test_cpu_cuda_parity_every_order():
     weights, biases = _network([3, 64, 64, 1])
     x = _x(1000, 3)

@@ -179,6 +179,13 @@ def test_double_backward_every_upstream_term_and_bits(compute_dtype, activation,
 
 
 @pytest.mark.parametrize("compute_dtype", COMPUTE)
+def test_tile_kernels_every_order(compute_dtype):
+    # An input wider than the warp-fused kernels take (padded width > 256) keeps 16-bit compute
+    # on the tile kernels (Note [tensor-core engine]), in every order.
+    test_double_backward_every_upstream_term_and_bits(compute_dtype, "softplus", [300, 32, 2])
+
+
+@pytest.mark.parametrize("compute_dtype", COMPUTE)
 def test_non_contiguous_inputs(compute_dtype):
     weights, biases = _network([6, 32, 3])
     x = _x(300, 12)[:, ::2]
