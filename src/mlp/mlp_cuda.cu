@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA SIMT driver of the MLP family (float32 and float64): float32 on the warp-fused kernels of
-// mlp_cuda_warp_fused.cuh (FMA engine) where their plan fits, else (and float64) the row-tile
+// mlp_cuda_warp_fused*.cuh (FMA engine) where their plan fits, else (and float64) the row-tile
 // kernels of mlp_cuda_tile.cuh over the FMA engine.
 #include "mlp/mlp_cuda_tile.cuh"
-#include "mlp/mlp_cuda_warp_fused.cuh"
+#include "mlp/mlp_cuda_warp_fused_plan.cuh"
 #include "mlp/mlp_drivers.h"
 
 namespace fieldfuse::detail::mlp {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA tensor-core driver of the MLP family (compute_dtype float16/bfloat16 on float32 masters):
-// the warp-fused kernels of mlp_cuda_warp_fused.cuh where their plan fits, else the row-tile
+// the warp-fused kernels of mlp_cuda_warp_fused*.cuh where their plan fits, else the row-tile
 // kernels of mlp_cuda_tile.cuh over a WMMA engine with float32 accumulation.
 #include <mma.h>
 
@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "mlp/mlp_cuda_tile.cuh"
-#include "mlp/mlp_cuda_warp_fused.cuh"
+#include "mlp/mlp_cuda_warp_fused_plan.cuh"
 #include "mlp/mlp_drivers.h"
 
 namespace fieldfuse::detail::mlp {

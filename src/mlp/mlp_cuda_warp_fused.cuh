@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The fully fused tensor-core MLP kernels (forward, backward and double backward): each warp owns
-// 16 rows of its block's tile and runs every layer on them out of shared memory with WMMA.
+// The warp-fused MLP kernels' design note, arguments and building blocks, and the forward and
+// backward kernels: each warp owns 16 rows of its block's tile and runs every layer on them out of
+// shared memory (WMMA for 16-bit operands, FMAs for float32).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,7 +15,6 @@
 #include <type_traits>
 
 #include "core/cuda_launch.cuh"
-#include "mlp/mlp_cuda_tile.cuh"
 #include "mlp/mlp_drivers.h"
 
 namespace fieldfuse::detail::mlp::fused {
@@ -535,20 +535,29 @@ __device__ FF_FORCE_INLINE void reverse_sweep(const Args& a, unsigned char* smem
   }
 }
 
-/// Zeroes the block's dW accumulator and the warp's db partial and stages the resident weights,
-/// then a block barrier.
+/// This block's slot of the per-block partials in the workspace.
+__device__ FF_FORCE_INLINE float* block_slot(const Args& a) {
+  return a.partials + static_cast<int64_t>(blockIdx.x) * a.slot_len;
+}
+
+/// Zeroes the block's dW accumulator (shared memory, or the block's slot) and the warp's db
+/// partial and stages the resident weights, then a block barrier. Returns the accumulator.
 template <class S>
-__device__ FF_FORCE_INLINE void begin_partials(const Args& a, S* wsm, float* acc, float* dbw) {
+__device__ FF_FORCE_INLINE float* begin_partials(const Args& a, unsigned char* smem) {
+  float* acc = a.dw_in_smem ? reinterpret_cast<float*>(smem + a.dw_base) : block_slot(a);
+  float* dbw = reinterpret_cast<float*>(smem + a.warp_base + warp_id() * a.warp_bytes + a.dbs);
   for (int64_t e = threadIdx.x; e < a.dw_len; e += blockDim.x) acc[e] = 0.0f;
   for (int e = lane_id(); e < a.db_len; e += 32) dbw[e] = 0.0f;
-  if (a.resident) stage_weights(a, wsm);
+  if (a.resident) stage_weights(a, reinterpret_cast<S*>(smem));
   __syncthreads();
+  return acc;
 }
 
 /// The block's partials after its last tile (and barrier): dW (copied from shared memory, or
 /// already in the slot) and db (the warps' sums added in warp order).
 __device__ FF_FORCE_INLINE void end_partials(const Args& a, const unsigned char* smem,
-                                             const float* acc, float* slot) {
+                                             const float* acc) {
+  float* slot = block_slot(a);
   if (a.dw_in_smem) {
     for (int64_t e = threadIdx.x; e < a.dw_len; e += blockDim.x) slot[e] = acc[e];
   }
@@ -569,10 +578,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
   unsigned char* mine = smem + a.warp_base + warp_id() * a.warp_bytes;
   S* acts = reinterpret_cast<S*>(mine + a.acts);
   float* scratch = reinterpret_cast<float*>(mine + a.scratch);
-  float* dbw = reinterpret_cast<float*>(mine + a.dbs);
-  float* slot = a.partials + static_cast<int64_t>(blockIdx.x) * a.slot_len;
-  float* acc = a.dw_in_smem ? reinterpret_cast<float*>(smem + a.dw_base) : slot;
-  begin_partials(a, wsm, acc, dbw);
+  float* acc = begin_partials<S>(a, smem);
   const int L = a.num_layers;
   for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
     // Every warp runs every step (rows past the batch are zeros): the dW products need all warps.
@@ -615,155 +621,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
         });
     __syncthreads();  // the next tile overwrites a_k, which other warps' dW products read
   }
-  end_partials(a, smem, acc, slot);
-}
-
-/// The layer's converted V (grad_grad_weight) in the workspace, [out_pad, in_pad].
-template <class S>
-__device__ FF_FORCE_INLINE const S* v_of(const Args& a, const Layer& l) {
-  return static_cast<const S*>(a.weights) + l.v_ws;
-}
-
-/// The double backward (include/fieldfuse/mlp.h, steps 1–4) for the warp's 16 rows per tile:
-/// forward (a_k 16-bit, p_k float32), first reverse sweep (δ_k 16-bit, s_k = σ″ g_k, σ′ replaces
-/// p_k), tangent sweep (t_k 16-bit, s_k ← s_k u_k, grad_grad_out = t_L), then the second reverse
-/// sweep (q_k in the ping-pong buffers) with dW_k += Σ (q_kᵀ a_k + δ_kᵀ t_k) and db_k += Σ q_k
-/// after one block barrier per layer, as the backward.
-template <class S>
-__global__ void __launch_bounds__(32 * kMaxWarps, 1)
-    double_backward_kernel(const __grid_constant__ Args a) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  S* wsm = reinterpret_cast<S*>(smem);
-  unsigned char* mine = smem + a.warp_base + warp_id() * a.warp_bytes;
-  S* acts = reinterpret_cast<S*>(mine + a.acts);
-  S* tans = reinterpret_cast<S*>(mine + a.tans);
-  S* deltas = reinterpret_cast<S*>(mine + a.deltas);
-  float* d1s = reinterpret_cast<float*>(mine + a.d1s);
-  float* curvs = reinterpret_cast<float*>(mine + a.curvs);
-  float* scratch = reinterpret_cast<float*>(mine + a.scratch);
-  float* dbw = reinterpret_cast<float*>(mine + a.dbs);
-  float* slot = a.partials + static_cast<int64_t>(blockIdx.x) * a.slot_len;
-  float* acc = a.dw_in_smem ? reinterpret_cast<float*>(smem + a.dw_base) : slot;
-  begin_partials(a, wsm, acc, dbw);
-  const int L = a.num_layers;
-  const int lane = lane_id();
-  for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
-    // Every warp runs every step (rows past the batch have x = v = g_L = 0, so δ = s = q = 0).
-    const int64_t row0 = (tile * a.warps + warp_id()) * 16;
-    // 1. Forward: a_{k+1} (16-bit) and p_k (float32, in d1s).
-    load_input(a, a.x, a.x_sr, a.x_sc, row0, acts + a.layers[0].a_sm, a.layers[0].in_pad + kSkew);
-    for (int k = 0; k < L; ++k) {
-      const Layer& l = a.layers[k];
-      const bool last = k + 1 == L;
-      S* nxt = last ? nullptr : acts + a.layers[k + 1].a_sm;
-      const int ldn = l.out_pad + kSkew;
-      layer_forward(a, l, wsm, acts + l.a_sm, l.in_pad + kSkew, scratch,
-                    [&](int col, int r, float p) {
-                      d1s[l.d1_sm + r * l.out_pad + col] = p;
-                      if (last) return;  // the output a_L itself is not needed
-                      const float y = activation_derivs<float>(a.hidden, a.params, p).value;
-                      nxt[r * ldn + col] = static_cast<S>(col < l.out ? y : 0.0f);
-                    });
-    }
-    // 2. First reverse sweep: g_k (float32), δ_k = σ′ g_k, s_k = σ″ g_k, and σ′ replaces p_k.
-    for (int k = L - 1; k >= 0; --k) {
-      const Layer& l = a.layers[k];
-      const Activation kind = k + 1 == L ? a.output : a.hidden;
-      S* dl = deltas + l.dl_sm;
-      const int ldd = l.out_pad + kSkew;
-      for (int j = 0; j < l.out_pad / 16; ++j) {
-        const int col = j * 16 + (lane & 15);
-        float g[8];
-        if (k + 1 == L) {
-          load_grad_out(a, l, row0, j, g);
-        } else {  // g_k = δ_{k+1} W_{k+1}, column tile j
-          const Layer& n = a.layers[k + 1];
-          int ldw = 0;
-          const S* w = weight_of(a, n, wsm, ldw);
-          Acc<S> c;
-          warp_product<S, wmma::row_major>(c, deltas + n.dl_sm, n.out_pad + kSkew, w + j * 16, ldw,
-                                           static_cast<int64_t>(16) * ldw, n.out_pad / 16);
-          spill(c, scratch, g);
-        }
-        const bool in_range = col < l.out;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int r = row_of(i);
-          const int idx = l.d1_sm + r * l.out_pad + col;
-          const Derivs<float> d = activation_derivs<float>(kind, a.params, d1s[idx]);
-          dl[r * ldd + col] = static_cast<S>(in_range ? g[i] * d.d1 : 0.0f);
-          curvs[idx] = in_range ? g[i] * d.d2 : 0.0f;
-          d1s[idx] = in_range ? d.d1 : 0.0f;
-        }
-      }
-      __syncwarp();
-    }
-    // 3. Tangent sweep: u_k = t_k W_kᵀ + a_k V_kᵀ + c_k, s_k ← s_k ⊙ u_k, t_{k+1} = σ′ ⊙ u_k.
-    load_input(a, a.grad_grad_x, a.ggx_sr, a.ggx_sc, row0, tans + a.layers[0].a_sm,
-               a.layers[0].in_pad + kSkew);
-    for (int k = 0; k < L; ++k) {
-      const Layer& l = a.layers[k];
-      const bool last = k + 1 == L;
-      S* tn = last ? nullptr : tans + a.layers[k + 1].a_sm;
-      const int ldn = l.out_pad + kSkew, ldi = l.in_pad + kSkew;
-      int ldw = 0;
-      const S* w = weight_of(a, l, wsm, ldw);
-      for (int j = 0; j < l.out_pad / 16; ++j) {
-        Acc<S> c;
-        warp_product<S, wmma::col_major>(c, tans + l.a_sm, ldi, w + j * 16 * ldw, ldw, 16,
-                                         l.in_pad / 16);
-        if (l.has_v) {
-          warp_product_add<S, wmma::col_major>(c, acts + l.a_sm, ldi,
-                                               v_of<S>(a, l) + j * 16 * l.in_pad, l.in_pad, 16,
-                                               l.in_pad / 16);
-        }
-        float u[8];
-        spill(c, scratch, u);
-        const int col = j * 16 + (lane & 15);
-        const float cb = l.c != nullptr && col < l.out ? l.c[col * l.c_stride] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int r = row_of(i);
-          const int idx = l.d1_sm + r * l.out_pad + col;
-          const float uu = u[i] + cb;
-          curvs[idx] *= uu;
-          const float t = d1s[idx] * uu;  // σ′ is 0 past `out`
-          if (!last) {
-            tn[r * ldn + col] = static_cast<S>(t);
-          } else if (a.grad_grad_out != nullptr && row0 + r < a.batch && col < l.out) {
-            a.grad_grad_out[(row0 + r) * l.out + col] = t;
-          }
-        }
-      }
-      __syncwarp();
-    }
-    // 4. Second reverse sweep: q_k = σ′ ⊙ r_k + s_k (r_L = 0), r_{k−1} = q_k W_k + δ_k V_k.
-    {  // q_{L−1} = s_{L−1} into g0, where the reverse sweep starts
-
-      const Layer& l = a.layers[L - 1];
-      const float zero[8] = {};
-      for (int j = 0; j < l.out_pad / 16; ++j)
-        emit_q(a, mine, l, j, zero, reinterpret_cast<S*>(mine + a.g0));
-    }
-    reverse_sweep<S>(
-        a, smem, wsm, mine, row0,
-        [&](const Layer& l, int cur) {
-          const Outer terms[2] = {
-              outer_with_input<S>(a, l, cur),
-              Outer{a.deltas + l.dl_sm * static_cast<int>(sizeof(S)), l.out_pad + kSkew,
-                    a.tans + l.a_sm * static_cast<int>(sizeof(S)), l.in_pad + kSkew}};
-          accumulate_dw<S>(a, smem, l, terms, acc);
-        },
-        [&](const Layer& l, int j, Acc<S>& c) {  // + δ_k V_k
-          if (!l.has_v) return;
-          warp_product_add<S, wmma::row_major>(c, deltas + l.dl_sm, l.out_pad + kSkew,
-                                               v_of<S>(a, l) + j * 16, l.in_pad,
-                                               static_cast<int64_t>(16) * l.in_pad, l.out_pad / 16);
-        },
-        [&](const Layer& l, int j, const float(&v)[8], S* dst) { emit_q(a, mine, l, j, v, dst); });
-    __syncthreads();  // the next tile overwrites every warp's operands
-  }
-  end_partials(a, smem, acc, slot);
+  end_partials(a, smem, acc);
 }
 
 #else  // sm_75 and older: never launched (the plan requires sm_80), compiled empty.
@@ -772,306 +630,7 @@ template <class S>
 __global__ void forward_kernel(const __grid_constant__ Args) {}
 template <class S>
 __global__ void backward_kernel(const __grid_constant__ Args) {}
-template <class S>
-__global__ void double_backward_kernel(const __grid_constant__ Args) {}
 
 #endif
-
-// ---------------------------------------------------------------------------------------------
-// Host side: the plan (whether the fused path covers the problem, warps per block, where the
-// weights and the dW accumulator live, grid, workspace layout) from metadata and device
-// attributes only, so the workspace query and the call agree.
-// ---------------------------------------------------------------------------------------------
-
-enum class Pass { Forward, Backward, DoubleBackward };
-
-struct Plan {
-  bool ok = false;
-  Args args{};
-  std::size_t smem = 0;
-  int grid = 0;
-  std::size_t partials_offset = 0, total = 0;
-};
-
-/// The plan's kernel arguments with the call's x (and the backward entries' grad_out) filled in.
-inline Args args_for(const Plan& plan, const MatrixView& x, const MatrixView* grad_out = nullptr) {
-  Args a = plan.args;
-  a.x = static_cast<const float*>(x.data);
-  a.x_sr = x.stride_row;
-  a.x_sc = x.stride_col;
-  if (grad_out != nullptr) {
-    a.grad_out = static_cast<const float*>(grad_out->data);
-    a.go_sr = grad_out->stride_row;
-    a.go_sc = grad_out->stride_col;
-  }
-  return a;
-}
-
-inline bool sigma_prime_is_01(Activation kind) {
-  return kind == Activation::ReLU || kind == Activation::None;
-}
-
-template <class S>
-Plan make_plan(const Problem& p, Pass pass) {
-  Plan plan;
-  if (p.num_layers < 1 || p.num_layers > kMaxLayers) return plan;
-  const int device = p.device.index;
-  int major = 0, sms = 1, optin = 48 * 1024;
-  cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), p.op,
-              "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
-  if (major < 8) return plan;  // bfloat16 WMMA (and this kernel's compiled body) needs sm_80
-  cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), p.op,
-              "cudaDeviceGetAttribute(MultiProcessorCount)");
-  cuda::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), p.op,
-              "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-  const bool backward = pass != Pass::Forward;  // parameter partials
-  const bool twice = pass == Pass::DoubleBackward;
-  Args& a = plan.args;
-  a.num_layers = p.num_layers;
-  a.batch = p.batch;
-  a.hidden = p.activation;
-  a.output = p.output_activation;
-  a.params = p.params;
-  int64_t maxw = 0, elems = 0, sm_elems = 0, act_elems = 0, d1_len = 0, db_len = 0, dw_len = 0,
-          delta_elems = 0;
-  for (int k = 0; k < p.num_layers; ++k) {
-    const LayerView& v = p.layers[k];
-    Layer& l = a.layers[k];
-    const int64_t in_pad = pad16(v.in), out_pad = pad16(v.out);
-    if (in_pad > kMaxWidth || out_pad > kMaxWidth) return plan;
-    l.in = static_cast<int>(v.in);
-    l.out = static_cast<int>(v.out);
-    l.in_pad = static_cast<int>(in_pad);
-    l.out_pad = static_cast<int>(out_pad);
-    l.bias = static_cast<const float*>(v.bias);
-    l.bias_stride = v.bias_stride;
-    l.want_dw = v.grad_weight != nullptr;
-    l.want_db = v.grad_bias != nullptr;
-    l.has_v = v.grad_grad_weight != nullptr;
-    l.c = static_cast<const float*>(v.grad_grad_bias);
-    l.c_stride = v.grad_grad_bias_stride;
-    l.dl_sm = static_cast<int>(delta_elems);
-    delta_elems += 16 * (out_pad + kSkew);
-    l.w_ws = elems;
-    elems += out_pad * in_pad;
-    l.w_sm = static_cast<int>(sm_elems);
-    sm_elems += out_pad * (in_pad + kSkew);
-    l.a_sm = static_cast<int>(act_elems);
-    act_elems += 16 * (in_pad + kSkew);
-    l.d1_sm = static_cast<int>(d1_len);
-    d1_len += 16 * out_pad;
-    l.db_sm = static_cast<int>(db_len);
-    db_len += out_pad;
-    l.dw_acc = dw_len;
-    dw_len += out_pad * (in_pad + kDwSkew);
-    maxw = std::max({maxw, in_pad, out_pad});
-  }
-  // The double backward's converted V copies follow the weights, in the same layout (always
-  // reserved: the workspace query does not know which V are given).
-  for (int k = 0; k < p.num_layers; ++k) a.layers[k].v_ws = elems + a.layers[k].w_ws;
-  a.ld_g = static_cast<int>(maxw + kSkew);
-  a.d1_16 = !twice && sigma_prime_is_01(p.activation) && sigma_prime_is_01(p.output_activation);
-  std::size_t off = 0;
-  auto take = [&](std::size_t bytes) {
-    const std::size_t at = off;
-    off += align128(bytes);
-    return static_cast<int>(at);
-  };
-  a.g0 = take(16 * a.ld_g * sizeof(S));
-  a.g1 = take(16 * a.ld_g * sizeof(S));
-  a.scratch = take(16 * kScratchLd * sizeof(float));
-  if (backward) {
-    a.acts = take(act_elems * sizeof(S));
-    a.d1s = take(d1_len * (a.d1_16 ? sizeof(__half) : sizeof(float)));
-    a.dbs = take(db_len * sizeof(float));
-  }
-  if (twice) {
-    a.tans = take(act_elems * sizeof(S));
-    a.curvs = take(d1_len * sizeof(float));
-    a.deltas = take(delta_elems * sizeof(S));
-  }
-  const std::size_t warp_bytes = off;
-  const std::size_t weight_bytes = align128(sm_elems * sizeof(S));
-  const std::size_t dw_bytes = align128(dw_len * sizeof(float));
-  // Preference: more warps per block (more rows per dW product and per weight stage), then
-  // resident weights, then a shared-memory dW accumulator.
-  bool found = false;
-  for (int warps = kMaxWarps; warps >= 1 && !found; warps /= 2) {
-    for (int resident = 1; resident >= 0 && !found; --resident) {
-      for (int dw_smem = backward ? 1 : 0; dw_smem >= 0 && !found; --dw_smem) {
-        const std::size_t bytes =
-            (resident ? weight_bytes : 0) + (dw_smem ? dw_bytes : 0) + warps * warp_bytes;
-        if (bytes > static_cast<std::size_t>(optin)) continue;
-        found = true;
-        a.warps = warps;
-        a.resident = resident;
-        a.dw_in_smem = dw_smem;
-        plan.smem = bytes;
-      }
-    }
-  }
-  if (!found) return plan;
-  a.dw_base = static_cast<int>(a.resident ? weight_bytes : 0);
-  a.warp_base = a.dw_base + static_cast<int>(a.dw_in_smem ? dw_bytes : 0);
-  a.warp_bytes = static_cast<int>(warp_bytes);
-  a.tiles = (p.batch + 16 * a.warps - 1) / (16 * a.warps);
-  if (backward) {
-    a.dw_len = dw_len;
-    a.db_len = db_len;
-    a.slot_len = static_cast<int64_t>((dw_len + db_len + 63) / 64 * 64);
-    for (int k = 0; k < p.num_layers; ++k) a.layers[k].db_slot = dw_len + a.layers[k].db_sm;
-  }
-  const auto kernel =
-      twice ? double_backward_kernel<S> : (backward ? backward_kernel<S> : forward_kernel<S>);
-  cuda::DeviceGuard guard(device, p.op);
-  cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(plan.smem)),
-              p.op, "cudaFuncSetAttribute(fused mlp kernel)");
-  int per_sm = 0;
-  cuda::check(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * a.warps, plan.smem), p.op,
-      "cudaOccupancyMaxActiveBlocksPerMultiprocessor(fused mlp kernel)");
-  if (per_sm < 1) return plan;
-  plan.grid = static_cast<int>(std::min<int64_t>(a.tiles, static_cast<int64_t>(sms) * per_sm));
-  const int64_t copies = twice ? 2 : 1;  // W, and V in the double backward
-  plan.partials_offset = (static_cast<std::size_t>(copies * elems) * sizeof(S) + 255) / 256 * 256;
-  plan.total = plan.partials_offset +
-               (backward ? static_cast<std::size_t>(plan.grid) * a.slot_len * sizeof(float) : 0);
-  plan.total = std::max<std::size_t>(plan.total, 1);
-  plan.ok = true;
-  return plan;
-}
-
-/// Converts the weights into the workspace, runs the fused kernel and (backward) sums the
-/// per-block partials into the parameter gradients. `a` is the plan's Args with the call's
-/// pointers filled in.
-template <class S>
-void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, Pass pass) {
-  cuda::ProfileRange range(p.op);
-  cuda::DeviceGuard guard(p.device.index, p.op);
-  const auto stream = static_cast<cudaStream_t>(s.handle);
-  char* ws = static_cast<char*>(workspace);
-  a.weights = ws;
-  a.partials = reinterpret_cast<float*>(ws + plan.partials_offset);
-  const bool backward = pass != Pass::Forward;
-  if (a.tiles > 0) {
-    for (int k = 0; k < p.num_layers; ++k) {
-      const LayerView& v = p.layers[k];
-      const Layer& l = a.layers[k];
-      const int64_t count = static_cast<int64_t>(l.out_pad) * l.in_pad;
-      const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(count, 256), 1024));
-      S* const converted = static_cast<S*>(static_cast<void*>(ws));
-      convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(
-          static_cast<const float*>(v.weight), v.weight_stride_out, v.weight_stride_in, l.out, l.in,
-          l.in_pad, count, converted + l.w_ws);
-      cuda::check_launch(p.op, "convert_weights_kernel", stream);
-      if (!l.has_v) continue;
-      convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(
-          static_cast<const float*>(v.grad_grad_weight), v.grad_grad_weight_stride_out,
-          v.grad_grad_weight_stride_in, l.out, l.in, l.in_pad, count, converted + l.v_ws);
-      cuda::check_launch(p.op, "convert_weights_kernel(grad_grad_weight)", stream);
-    }
-    if (pass == Pass::DoubleBackward) {
-      double_backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
-      cuda::check_launch(p.op, "fused double_backward_kernel", stream);
-    } else if (backward) {
-      backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
-      cuda::check_launch(p.op, "fused backward_kernel", stream);
-    } else {
-      forward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
-      cuda::check_launch(p.op, "fused forward_kernel", stream);
-    }
-  }
-  if (!backward) return;
-  const int blocks = a.tiles > 0 ? plan.grid : 0;
-  for (int k = 0; k < p.num_layers; ++k) {
-    const LayerView& v = p.layers[k];
-    const Layer& l = a.layers[k];
-    struct Part {
-      void* out;
-      int64_t offset, cols, ld, count;
-    };
-    const Part parts[2] = {
-        {v.grad_weight, l.dw_acc, l.in, l.in_pad + kDwSkew, static_cast<int64_t>(l.out) * l.in},
-        {v.grad_bias, l.db_slot, l.out, l.out, l.out}};
-    for (const Part& part : parts) {
-      if (part.out == nullptr) continue;
-      const int rb = static_cast<int>(std::min<int64_t>(cuda::ceil_div(part.count, 256), 1024));
-      reduce_padded_kernel<<<rb, 256, 0, stream>>>(a.partials, a.slot_len, blocks, part.offset,
-                                                   part.cols, part.ld, part.count,
-                                                   static_cast<float*>(part.out));
-      cuda::check_launch(p.op, "reduce_padded_kernel", stream);
-    }
-  }
-}
-
-/// Runs the forward, backward or double backward entry on the fused plan `plan` (which must be
-/// ok): fills the call's pointers in and calls run().
-template <class S>
-void launch_fused(const Plan& plan, const ForwardArgs& args) {
-  Args a = args_for(plan, args.x);
-  a.out = static_cast<float*>(args.out);
-  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::Forward);
-}
-
-template <class S>
-void launch_fused(const Plan& plan, const BackwardArgs& args) {
-  Args a = args_for(plan, args.x, &args.grad_out);
-  a.grad_x = static_cast<float*>(args.grad_x);
-  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::Backward);
-}
-
-template <class S>
-void launch_fused(const Plan& plan, const DoubleBackwardArgs& args) {
-  Args a = args_for(plan, args.x, &args.grad_out);
-  a.grad_grad_x = static_cast<const float*>(args.grad_grad_x.data);
-  a.ggx_sr = args.grad_grad_x.stride_row;
-  a.ggx_sc = args.grad_grad_x.stride_col;
-  a.grad_grad_out = static_cast<float*>(args.grad_grad_out);
-  a.grad_x = static_cast<float*>(args.grad_x);
-  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::DoubleBackward);
-}
-
-/// The fused pass of a tile entry.
-inline Pass pass_of(tile::Entry entry) {
-  switch (entry) {
-    case tile::Entry::Forward:
-      return Pass::Forward;
-    case tile::Entry::Backward:
-      return Pass::Backward;
-    default:
-      return Pass::DoubleBackward;
-  }
-}
-
-/// Whether an engine's problems may take the fused path: 16-bit or float32 operands (float64
-/// keeps the tile kernels).
-template <class Engine>
-constexpr bool kFusable = !std::is_same_v<typename Engine::Operand, double>;
-
-/// Workspace bytes of one entry: the fused plan's when it covers the problem, else the tile
-/// kernels'.
-template <class Engine>
-std::size_t workspace_bytes(const Problem& p, tile::Entry entry) {
-  if constexpr (kFusable<Engine>) {
-    const Plan plan = make_plan<typename Engine::Operand>(p, pass_of(entry));
-    if (plan.ok) return plan.total;
-  }
-  return tile::workspace_bytes<Engine>(p, entry);
-}
-
-/// Any entry of mlp_drivers.h (it follows from the argument struct): the fused kernels when their
-/// plan covers the problem, else the tile kernels.
-template <class Engine, class EntryArgs>
-void launch(const EntryArgs& args) {
-  if constexpr (kFusable<Engine>) {
-    constexpr Pass pass = std::is_same_v<EntryArgs, ForwardArgs>    ? Pass::Forward
-                          : std::is_same_v<EntryArgs, BackwardArgs> ? Pass::Backward
-                                                                    : Pass::DoubleBackward;
-    const Plan plan = make_plan<typename Engine::Operand>(args.problem, pass);
-    if (plan.ok) return launch_fused<typename Engine::Operand>(plan, args);
-  }
-  tile::launch<Engine>(args);
-}
 
 }  // namespace fieldfuse::detail::mlp::fused
