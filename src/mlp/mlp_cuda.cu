@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA SIMT driver of the MLP family (float32 and float64): the fused row-tile kernels of
-// mlp_cuda_tile.cuh over the FMA engine.
+// CUDA SIMT driver of the MLP family (float32 and float64): float32 on the warp-fused kernels of
+// mlp_cuda_warp_fused*.cuh (FMA engine) where their plan fits, else (and float64) the row-tile
+// kernels of mlp_cuda_tile.cuh over the FMA engine.
 #include "mlp/mlp_cuda_tile.cuh"
+#include "mlp/mlp_cuda_warp_fused_plan.cuh"
 #include "mlp/mlp_drivers.h"
 
 namespace fieldfuse::detail::mlp {
@@ -21,32 +23,32 @@ decltype(auto) dispatch(const Problem& p, const F& f) {
 
 std::size_t forward_workspace_cuda(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::Forward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::Forward);
   });
 }
 
 std::size_t backward_workspace_cuda(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::Backward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::Backward);
   });
 }
 
 std::size_t double_backward_workspace_cuda(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return tile::workspace_bytes<decltype(engine)>(problem, tile::Entry::DoubleBackward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::DoubleBackward);
   });
 }
 
 void forward_cuda(const ForwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 void backward_cuda(const BackwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 void double_backward_cuda(const DoubleBackwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 }  // namespace fieldfuse::detail::mlp

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA tensor-core driver of the MLP family (compute_dtype float16/bfloat16 on float32 masters):
-// the fused row-tile kernels of mlp_cuda_tile.cuh over a WMMA engine with float32 accumulation.
+// the warp-fused kernels of mlp_cuda_warp_fused*.cuh where their plan fits, else the row-tile
+// kernels of mlp_cuda_tile.cuh over a WMMA engine with float32 accumulation.
 #include <mma.h>
 
 #include <string>
 #include <type_traits>
 
 #include "mlp/mlp_cuda_tile.cuh"
-#include "mlp/mlp_cuda_warp_fused.cuh"
+#include "mlp/mlp_cuda_warp_fused_plan.cuh"
 #include "mlp/mlp_drivers.h"
 
 namespace fieldfuse::detail::mlp {
@@ -139,82 +140,36 @@ decltype(auto) dispatch(const Problem& p, const F& f) {
   }
 }
 
-/// The warp-fused plan of `pass` when it covers the problem (Note [mlp warp-fused kernel]).
-template <class Engine>
-fused::Plan fused_plan(const Problem& p, fused::Pass pass) {
-  return fused::make_plan<typename Engine::Operand>(p, pass);
-}
-
-/// The plan's kernel arguments with the input x filled in.
-inline fused::Args fused_args(const fused::Plan& plan, const MatrixView& x) {
-  fused::Args a = plan.args;
-  a.x = static_cast<const float*>(x.data);
-  a.x_sr = x.stride_row;
-  a.x_sc = x.stride_col;
-  return a;
-}
-
-/// Workspace bytes of one entry: the fused plan's, else the tile kernels'. The double backward
-/// always runs the tile kernels.
-template <class Engine>
-std::size_t workspace_of(const Problem& p, tile::Entry entry) {
-  if (entry != tile::Entry::DoubleBackward) {
-    const auto pass = entry == tile::Entry::Forward ? fused::Pass::Forward : fused::Pass::Backward;
-    const fused::Plan plan = fused_plan<Engine>(p, pass);
-    if (plan.ok) return plan.total;
-  }
-  return tile::workspace_bytes<Engine>(p, entry);
-}
-
 }  // namespace
 
 std::size_t forward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return workspace_of<decltype(engine)>(problem, tile::Entry::Forward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::Forward);
   });
 }
 
 std::size_t backward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return workspace_of<decltype(engine)>(problem, tile::Entry::Backward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::Backward);
   });
 }
 
 std::size_t double_backward_workspace_cuda_tensor_core(const Problem& problem) {
   return dispatch(problem, [&](auto engine) {
-    return workspace_of<decltype(engine)>(problem, tile::Entry::DoubleBackward);
+    return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::DoubleBackward);
   });
 }
 
 void forward_cuda_tensor_core(const ForwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) {
-    using Engine = decltype(engine);
-    const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::Forward);
-    if (!plan.ok) return tile::launch<Engine>(args);
-    fused::Args a = fused_args(plan, args.x);
-    a.out = static_cast<float*>(args.out);
-    fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
-                                         fused::Pass::Forward);
-  });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 void backward_cuda_tensor_core(const BackwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) {
-    using Engine = decltype(engine);
-    const fused::Plan plan = fused_plan<Engine>(args.problem, fused::Pass::Backward);
-    if (!plan.ok) return tile::launch<Engine>(args);
-    fused::Args a = fused_args(plan, args.x);
-    a.grad_out = static_cast<const float*>(args.grad_out.data);
-    a.go_sr = args.grad_out.stride_row;
-    a.go_sc = args.grad_out.stride_col;
-    a.grad_x = static_cast<float*>(args.grad_x);
-    fused::run<typename Engine::Operand>(args.problem, plan, a, args.workspace, args.stream,
-                                         fused::Pass::Backward);
-  });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 void double_backward_cuda_tensor_core(const DoubleBackwardArgs& args) {
-  dispatch(args.problem, [&](auto engine) { tile::launch<decltype(engine)>(args); });
+  dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 }  // namespace fieldfuse::detail::mlp

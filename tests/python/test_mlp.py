@@ -318,6 +318,41 @@ def test_torch_compile_fullgraph_forward_backward(device):
 
 
 @cuda_only
+@pytest.mark.parametrize("activation", ["relu", "softplus"])
+@pytest.mark.parametrize("sizes", [[7, 32, 5], [32, 64, 64, 64, 64, 16], [3, 64, 64, 64, 64, 1],
+                                   [5, 128, 128, 3], [6, 256, 256, 9]])
+def test_cuda_float32_warp_fused_plans_every_order_and_bits(activation, sizes):
+    # float32 on CUDA runs the warp-fused kernels with the FMA engine (Note [mlp warp-fused
+    # kernel]); these widths select its plans (4 warps with the dW accumulator in shared memory,
+    # fewer warps, weights read from the workspace) in every order. Every upstream term of the
+    # double backward is non-zero (v, V_k, c_k). Against float64, and the same bits on every call.
+    weights, biases = _network(sizes, F32, "cuda")
+    x = _x(3001, sizes[0], F32, "cuda")
+    n = len(weights)
+
+    def grads(dtype):
+        leaves = _leaves(*(t.to(dtype) for t in [x, *weights, *biases]))
+        y = fieldfuse.mlp(*_split(leaves, n, True), activation=activation, softplus_beta=5.0)
+        first = torch.autograd.grad(y.square().sum(), leaves, create_graph=True)
+        loss = (first[0].norm(dim=1) - 1).square().mean() + sum(g.square().sum() for g in first[1:])
+        return [y, *first, *torch.autograd.grad(loss, leaves)]
+
+    ours, f64 = grads(F32), grads(F64)
+    for i, (a, b) in enumerate(zip(ours, f64)):
+        err = ((a.double() - b).norm() / b.norm().clamp_min(1e-30)).item()
+        assert err < 1e-5, (i, err)  # float32 products, relative to the float64 result
+    for a, b in zip(ours, grads(F32)):
+        assert torch.equal(a, b)
+
+
+@cuda_only
+def test_cuda_float32_tile_kernels_every_order():
+    # An input wider than the warp-fused kernels take (padded width > 256) keeps float32 on the
+    # tile kernels (Note [mlp tile kernel]): every order against the float64 reference.
+    test_cuda_float32_warp_fused_plans_every_order_and_bits("softplus", [300, 32, 2])
+
+
+@cuda_only
 def test_cpu_cuda_parity_every_order():
     weights, biases = _network([3, 64, 64, 1])
     x = _x(1000, 3)

@@ -149,6 +149,43 @@ def test_parameter_gradients_without_input_gradient(compute_dtype, activation, s
 
 
 @pytest.mark.parametrize("compute_dtype", COMPUTE)
+@pytest.mark.parametrize("activation", ["relu", "softplus"])
+@pytest.mark.parametrize("sizes", [[3, 64, 64, 64, 64, 1], [7, 32, 5], [6, 256, 256, 9]])
+def test_double_backward_every_upstream_term_and_bits(compute_dtype, activation, sizes):
+    # The double backward with every upstream term non-zero (v from the input gradient, V_k and
+    # c_k from a penalty on every parameter gradient), over the warp-fused plans these widths
+    # select (4 warps with the dW accumulator in shared memory; the Eikonal network's 2 warps with
+    # resident weights; 1 warp reading the weights from the workspace), against the float32 SIMT
+    # driver; and the same bits on every call (fixed-order partial sums).
+    weights, biases = _network(sizes)
+    x = _x(3001, sizes[0])
+
+    def grads(**kw):
+        leaves = [t.detach().requires_grad_() for t in (x, *weights, *biases)]
+        n = len(weights)
+        y = fieldfuse.mlp(leaves[0], leaves[1 : 1 + n], leaves[1 + n :], activation=activation,
+                          softplus_beta=5.0, **kw)
+        first = torch.autograd.grad(y.square().sum(), leaves, create_graph=True)
+        loss = (first[0].norm(dim=1) - 1).square().mean() + sum(g.square().sum() for g in first[1:])
+        return [*first, *torch.autograd.grad(loss, leaves)]
+
+    ours = grads(compute_dtype=compute_dtype)
+    fp32 = grads()
+    tol = _tolerance(compute_dtype, len(weights))
+    for i, (a, b) in enumerate(zip(ours, fp32)):
+        assert _rel(a, b) < tol, (i, _rel(a, b), tol)
+    for a, b in zip(ours, grads(compute_dtype=compute_dtype)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("compute_dtype", COMPUTE)
+def test_tile_kernels_every_order(compute_dtype):
+    # An input wider than the warp-fused kernels take (padded width > 256) keeps 16-bit compute
+    # on the tile kernels (Note [tensor-core engine]), in every order.
+    test_double_backward_every_upstream_term_and_bits(compute_dtype, "softplus", [300, 32, 2])
+
+
+@pytest.mark.parametrize("compute_dtype", COMPUTE)
 def test_non_contiguous_inputs(compute_dtype):
     weights, biases = _network([6, 32, 3])
     x = _x(300, 12)[:, ::2]

@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host side of the warp-fused MLP kernels: their plan, launch and the choice between them and
+// the tile kernels.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda_launch.cuh"
+#include "mlp/mlp_cuda_tile.cuh"
+#include "mlp/mlp_cuda_warp_fused.cuh"
+#include "mlp/mlp_cuda_warp_fused_double.cuh"
+#include "mlp/mlp_drivers.h"
+
+namespace fieldfuse::detail::mlp::fused {
+
+// ---------------------------------------------------------------------------------------------
+// Host side: the plan (whether the fused path covers the problem, warps per block, where the
+// weights and the dW accumulator live, grid, workspace layout) from metadata and device
+// attributes only, so the workspace query and the call agree.
+// ---------------------------------------------------------------------------------------------
+
+enum class Pass { Forward, Backward, DoubleBackward };
+
+struct Plan {
+  bool ok = false;
+  Args args{};
+  std::size_t smem = 0;
+  int grid = 0;
+  std::size_t partials_offset = 0, total = 0;
+};
+
+/// The plan's kernel arguments with the call's x (and the backward entries' grad_out) filled in.
+inline Args args_for(const Plan& plan, const MatrixView& x, const MatrixView* grad_out = nullptr) {
+  Args a = plan.args;
+  a.x = static_cast<const float*>(x.data);
+  a.x_sr = x.stride_row;
+  a.x_sc = x.stride_col;
+  if (grad_out != nullptr) {
+    a.grad_out = static_cast<const float*>(grad_out->data);
+    a.go_sr = grad_out->stride_row;
+    a.go_sc = grad_out->stride_col;
+  }
+  return a;
+}
+
+inline bool sigma_prime_is_01(Activation kind) {
+  return kind == Activation::ReLU || kind == Activation::None;
+}
+
+template <class S>
+Plan make_plan(const Problem& p, Pass pass) {
+  Plan plan;
+  if (p.num_layers < 1 || p.num_layers > kMaxLayers) return plan;
+  const int device = p.device.index;
+  int major = 0, sms = 1, optin = 48 * 1024;
+  cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), p.op,
+              "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+  if (major < 8) return plan;  // bfloat16 WMMA (and this kernel's compiled body) needs sm_80
+  cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), p.op,
+              "cudaDeviceGetAttribute(MultiProcessorCount)");
+  cuda::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), p.op,
+              "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+  const bool backward = pass != Pass::Forward;  // parameter partials
+  const bool twice = pass == Pass::DoubleBackward;
+  Args& a = plan.args;
+  a.num_layers = p.num_layers;
+  a.batch = p.batch;
+  a.hidden = p.activation;
+  a.output = p.output_activation;
+  a.params = p.params;
+  int64_t maxw = 0, elems = 0, sm_elems = 0, act_elems = 0, d1_len = 0, db_len = 0, dw_len = 0,
+          delta_elems = 0;
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& v = p.layers[k];
+    Layer& l = a.layers[k];
+    const int64_t in_pad = pad16(v.in), out_pad = pad16(v.out);
+    if (in_pad > kMaxWidth || out_pad > kMaxWidth) return plan;
+    l.in = static_cast<int>(v.in);
+    l.out = static_cast<int>(v.out);
+    l.in_pad = static_cast<int>(in_pad);
+    l.out_pad = static_cast<int>(out_pad);
+    l.bias = static_cast<const float*>(v.bias);
+    l.bias_stride = v.bias_stride;
+    l.want_dw = v.grad_weight != nullptr;
+    l.want_db = v.grad_bias != nullptr;
+    l.has_v = v.grad_grad_weight != nullptr;
+    l.c = static_cast<const float*>(v.grad_grad_bias);
+    l.c_stride = v.grad_grad_bias_stride;
+    l.dl_sm = static_cast<int>(delta_elems);
+    delta_elems += 16 * (out_pad + kSkew);
+    l.w_ws = elems;
+    elems += out_pad * in_pad;
+    l.w_sm = static_cast<int>(sm_elems);
+    sm_elems += out_pad * (in_pad + kSkew);
+    l.a_sm = static_cast<int>(act_elems);
+    act_elems += 16 * (in_pad + kSkew);
+    l.d1_sm = static_cast<int>(d1_len);
+    d1_len += 16 * out_pad;
+    l.db_sm = static_cast<int>(db_len);
+    db_len += out_pad;
+    l.dw_acc = dw_len;
+    dw_len += out_pad * (in_pad + kDwSkew);
+    maxw = std::max({maxw, in_pad, out_pad});
+  }
+  // The double backward's converted V copies follow the weights, in the same layout (always
+  // reserved: the workspace query does not know which V are given).
+  for (int k = 0; k < p.num_layers; ++k) a.layers[k].v_ws = elems + a.layers[k].w_ws;
+  a.ld_g = static_cast<int>(maxw + kSkew);
+  a.d1_16 = !twice && sigma_prime_is_01(p.activation) && sigma_prime_is_01(p.output_activation);
+  std::size_t off = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t at = off;
+    off += align128(bytes);
+    return static_cast<int>(at);
+  };
+  a.g0 = take(16 * a.ld_g * sizeof(S));
+  a.g1 = take(16 * a.ld_g * sizeof(S));
+  a.scratch = take(16 * kScratchLd * sizeof(float));
+  if (backward) {
+    a.acts = take(act_elems * sizeof(S));
+    a.d1s = take(d1_len * (a.d1_16 ? sizeof(__half) : sizeof(float)));
+    a.dbs = take(db_len * sizeof(float));
+  }
+  if (twice) {
+    a.tans = take(act_elems * sizeof(S));
+    a.curvs = take(d1_len * sizeof(float));
+    a.deltas = take(delta_elems * sizeof(S));
+  }
+  const std::size_t warp_bytes = off;
+  const std::size_t weight_bytes = align128(sm_elems * sizeof(S));
+  const std::size_t dw_bytes = align128(dw_len * sizeof(float));
+  // Preference: more warps per block (more rows per dW product and per weight stage), then
+  // resident weights, then a shared-memory dW accumulator.
+  bool found = false;
+  for (int warps = kMaxWarps; warps >= 1 && !found; warps /= 2) {
+    for (int resident = 1; resident >= 0 && !found; --resident) {
+      for (int dw_smem = backward ? 1 : 0; dw_smem >= 0 && !found; --dw_smem) {
+        const std::size_t bytes =
+            (resident ? weight_bytes : 0) + (dw_smem ? dw_bytes : 0) + warps * warp_bytes;
+        if (bytes > static_cast<std::size_t>(optin)) continue;
+        found = true;
+        a.warps = warps;
+        a.resident = resident;
+        a.dw_in_smem = dw_smem;
+        plan.smem = bytes;
+      }
+    }
+  }
+  if (!found) return plan;
+  a.dw_base = static_cast<int>(a.resident ? weight_bytes : 0);
+  a.warp_base = a.dw_base + static_cast<int>(a.dw_in_smem ? dw_bytes : 0);
+  a.warp_bytes = static_cast<int>(warp_bytes);
+  a.tiles = (p.batch + 16 * a.warps - 1) / (16 * a.warps);
+  if (backward) {
+    a.dw_len = dw_len;
+    a.db_len = db_len;
+    a.slot_len = static_cast<int64_t>((dw_len + db_len + 63) / 64 * 64);
+    for (int k = 0; k < p.num_layers; ++k) a.layers[k].db_slot = dw_len + a.layers[k].db_sm;
+  }
+  const auto kernel =
+      twice ? double_backward_kernel<S> : (backward ? backward_kernel<S> : forward_kernel<S>);
+  cuda::DeviceGuard guard(device, p.op);
+  cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(plan.smem)),
+              p.op, "cudaFuncSetAttribute(fused mlp kernel)");
+  int per_sm = 0;
+  cuda::check(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * a.warps, plan.smem), p.op,
+      "cudaOccupancyMaxActiveBlocksPerMultiprocessor(fused mlp kernel)");
+  if (per_sm < 1) return plan;
+  plan.grid = static_cast<int>(std::min<int64_t>(a.tiles, static_cast<int64_t>(sms) * per_sm));
+  const int64_t copies = twice ? 2 : 1;  // W, and V in the double backward
+  plan.partials_offset = (static_cast<std::size_t>(copies * elems) * sizeof(S) + 255) / 256 * 256;
+  plan.total = plan.partials_offset +
+               (backward ? static_cast<std::size_t>(plan.grid) * a.slot_len * sizeof(float) : 0);
+  plan.total = std::max<std::size_t>(plan.total, 1);
+  plan.ok = true;
+  return plan;
+}
+
+/// Converts the weights into the workspace, runs the fused kernel and (backward) sums the
+/// per-block partials into the parameter gradients. `a` is the plan's Args with the call's
+/// pointers filled in.
+template <class S>
+void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, Pass pass) {
+  cuda::ProfileRange range(p.op);
+  cuda::DeviceGuard guard(p.device.index, p.op);
+  const auto stream = static_cast<cudaStream_t>(s.handle);
+  char* ws = static_cast<char*>(workspace);
+  a.weights = ws;
+  a.partials = reinterpret_cast<float*>(ws + plan.partials_offset);
+  const bool backward = pass != Pass::Forward;
+  if (a.tiles > 0) {
+    for (int k = 0; k < p.num_layers; ++k) {
+      const LayerView& v = p.layers[k];
+      const Layer& l = a.layers[k];
+      const int64_t count = static_cast<int64_t>(l.out_pad) * l.in_pad;
+      const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(count, 256), 1024));
+      S* const converted = static_cast<S*>(static_cast<void*>(ws));
+      convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(
+          static_cast<const float*>(v.weight), v.weight_stride_out, v.weight_stride_in, l.out, l.in,
+          l.in_pad, count, converted + l.w_ws);
+      cuda::check_launch(p.op, "convert_weights_kernel", stream);
+      if (!l.has_v) continue;
+      convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(
+          static_cast<const float*>(v.grad_grad_weight), v.grad_grad_weight_stride_out,
+          v.grad_grad_weight_stride_in, l.out, l.in, l.in_pad, count, converted + l.v_ws);
+      cuda::check_launch(p.op, "convert_weights_kernel(grad_grad_weight)", stream);
+    }
+    if (pass == Pass::DoubleBackward) {
+      double_backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+      cuda::check_launch(p.op, "fused double_backward_kernel", stream);
+    } else if (backward) {
+      backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+      cuda::check_launch(p.op, "fused backward_kernel", stream);
+    } else {
+      forward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+      cuda::check_launch(p.op, "fused forward_kernel", stream);
+    }
+  }
+  if (!backward) return;
+  const int blocks = a.tiles > 0 ? plan.grid : 0;
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& v = p.layers[k];
+    const Layer& l = a.layers[k];
+    struct Part {
+      void* out;
+      int64_t offset, cols, ld, count;
+    };
+    const Part parts[2] = {
+        {v.grad_weight, l.dw_acc, l.in, l.in_pad + kDwSkew, static_cast<int64_t>(l.out) * l.in},
+        {v.grad_bias, l.db_slot, l.out, l.out, l.out}};
+    for (const Part& part : parts) {
+      if (part.out == nullptr) continue;
+      const int rb = static_cast<int>(std::min<int64_t>(cuda::ceil_div(part.count, 256), 1024));
+      reduce_padded_kernel<<<rb, 256, 0, stream>>>(a.partials, a.slot_len, blocks, part.offset,
+                                                   part.cols, part.ld, part.count,
+                                                   static_cast<float*>(part.out));
+      cuda::check_launch(p.op, "reduce_padded_kernel", stream);
+    }
+  }
+}
+
+/// Runs the forward, backward or double backward entry on the fused plan `plan` (which must be
+/// ok): fills the call's pointers in and calls run().
+template <class S>
+void launch_fused(const Plan& plan, const ForwardArgs& args) {
+  Args a = args_for(plan, args.x);
+  a.out = static_cast<float*>(args.out);
+  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::Forward);
+}
+
+template <class S>
+void launch_fused(const Plan& plan, const BackwardArgs& args) {
+  Args a = args_for(plan, args.x, &args.grad_out);
+  a.grad_x = static_cast<float*>(args.grad_x);
+  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::Backward);
+}
+
+template <class S>
+void launch_fused(const Plan& plan, const DoubleBackwardArgs& args) {
+  Args a = args_for(plan, args.x, &args.grad_out);
+  a.grad_grad_x = static_cast<const float*>(args.grad_grad_x.data);
+  a.ggx_sr = args.grad_grad_x.stride_row;
+  a.ggx_sc = args.grad_grad_x.stride_col;
+  a.grad_grad_out = static_cast<float*>(args.grad_grad_out);
+  a.grad_x = static_cast<float*>(args.grad_x);
+  run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::DoubleBackward);
+}
+
+/// The fused pass of a tile entry.
+inline Pass pass_of(tile::Entry entry) {
+  switch (entry) {
+    case tile::Entry::Forward:
+      return Pass::Forward;
+    case tile::Entry::Backward:
+      return Pass::Backward;
+    default:
+      return Pass::DoubleBackward;
+  }
+}
+
+/// Whether an engine's problems may take the fused path: 16-bit or float32 operands (float64
+/// keeps the tile kernels).
+template <class Engine>
+constexpr bool kFusable = !std::is_same_v<typename Engine::Operand, double>;
+
+/// Workspace bytes of one entry: the fused plan's when it covers the problem, else the tile
+/// kernels'.
+template <class Engine>
+std::size_t workspace_bytes(const Problem& p, tile::Entry entry) {
+  if constexpr (kFusable<Engine>) {
+    const Plan plan = make_plan<typename Engine::Operand>(p, pass_of(entry));
+    if (plan.ok) return plan.total;
+  }
+  return tile::workspace_bytes<Engine>(p, entry);
+}
+
+/// Any entry of mlp_drivers.h (it follows from the argument struct): the fused kernels when their
+/// plan covers the problem, else the tile kernels.
+template <class Engine, class EntryArgs>
+void launch(const EntryArgs& args) {
+  if constexpr (kFusable<Engine>) {
+    constexpr Pass pass = std::is_same_v<EntryArgs, ForwardArgs>    ? Pass::Forward
+                          : std::is_same_v<EntryArgs, BackwardArgs> ? Pass::Backward
+                                                                    : Pass::DoubleBackward;
+    const Plan plan = make_plan<typename Engine::Operand>(args.problem, pass);
+    if (plan.ok) return launch_fused<typename Engine::Operand>(plan, args);
+  }
+  tile::launch<Engine>(args);
+}
+
+}  // namespace fieldfuse::detail::mlp::fused
