@@ -8,13 +8,14 @@ points in the box [-1, 1]^3 and minimises
     surface_weight · mean |f(x_s)|  +  eikonal_weight · mean (‖∇f(x)‖ − 1)²
                                     +  normal_weight · mean ‖∇f(x_s) − n(x_s)‖
 
-where ∇f comes from ``torch.autograd.grad(..., create_graph=True)``, so the step's backward is a
-double backward through both fused ops. The normal term (n: the torus's outward normal) fixes the
-sign: the surface and Eikonal losses alone are also minimised by |sdf| and other unsigned fields.
-Far from the surface the losses constrain the field loosely (a hash grid has free entries there),
-so the SDF error is measured in a band around the surface. At the end it prints, on fresh samples, the Eikonal residual
-mean |‖∇f‖ − 1|, the surface error mean |f| on the surface, and the mean |f − sdf| against the
-torus's exact SDF near the surface. It exits with status 1 if the loss did not decrease.
+where x runs over both sets of points and ∇f comes from ``torch.autograd.grad(...,
+create_graph=True)``, so the step's backward is a double backward through both fused ops. The normal
+term (n: the torus's outward normal) fixes the sign: the surface and Eikonal losses alone are also
+minimised by |sdf| and other unsigned fields. Far from the surface the losses constrain the field
+loosely (a hash grid has free entries there), so the SDF error is measured in a band around the
+surface. At the end it prints, on fresh samples, the Eikonal residual mean |‖∇f‖ − 1|, the surface
+error mean |f| on the surface, and the mean |f − sdf| against the torus's exact SDF near the
+surface. It exits with status 1 if the loss did not decrease.
 
     python examples/sdf_eikonal.py                  # CPU defaults: well under a minute
     python examples/sdf_eikonal.py --device cuda    # bigger grid, batch and step count
