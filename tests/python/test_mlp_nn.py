@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import fieldfuse
@@ -35,3 +36,27 @@ def test_without_bias_trains():
     assert net.biases is None
     net(torch.randn(4, 3)).sum().backward()
     assert all(w.grad is not None for w in net.weights)
+
+
+@pytest.mark.parametrize(("sequential", "message"), [
+    (torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(3, 16)),
+     "expected a Sequential starting with nn.Linear"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ELU(), torch.nn.Linear(16, 1)),
+     "unsupported module ELU"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16),
+                         torch.nn.Tanh(), torch.nn.Linear(16, 1)),
+     "expected one activation of a single type between consecutive Linear layers"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Linear(16, 1)),
+     "expected one activation of a single type between consecutive Linear layers"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 32),
+                         torch.nn.ReLU(), torch.nn.Linear(32, 1)),
+     "expected equal hidden widths"),
+])
+def test_from_torch_rejects_what_it_cannot_express(sequential, message):
+    with pytest.raises(ValueError, match=rf"^MLP\.from_torch\(\): {message}"):
+        fieldfuse.nn.MLP.from_torch(sequential)
+
+
+def test_in_and_out_features():
+    net = fieldfuse.nn.MLP(5, 3, 16, 2)
+    assert (net.in_features, net.out_features) == (5, 3)

@@ -56,6 +56,14 @@ class MLP(torch.nn.Module):
             bound = 1.0 / w.shape[1] if k == 0 else math.sqrt(6.0 / w.shape[1]) / omega0
             w.uniform_(-bound, bound)
 
+    @property
+    def in_features(self) -> int:
+        return self.weights[0].shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.weights[-1].shape[0]
+
     def forward(self, x: Tensor) -> Tensor:
         return mlp(x, list(self.weights), None if self.biases is None else list(self.biases),
                    activation=self.activation, output_activation=self.output_activation,
