@@ -286,6 +286,9 @@ def test_penalty_on_weight_gradients_matches_reference(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph_first_and_second_order(device):
+    if not hasattr(torch._dynamo.config, "trace_autograd_ops"):
+        # torch 2.4 (our oldest) cannot trace torch.autograd.grad inside a compiled graph at all.
+        pytest.skip("this torch's Dynamo has no trace_autograd_ops (autograd.grad in a graph)")
     weights, biases = _network([3, 16, 1], F32, device)
     leaves = _leaves(_x(10, 3, F32, device), weights, biases)
 
