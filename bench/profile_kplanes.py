@@ -5,9 +5,10 @@ Two modes (CUDA only):
 - ``--what step``: ``torch.profiler`` over a few training steps of bench_kplanes.py's fused step
   (channels-last and NCHW), one table of kernels by device time per layout.
 - ``--what kernels``: a few fwd+bwd calls of ``kplanes_tilted`` (default and deterministic
-  backward) at the tomography and production configs, for Nsight Compute to attach to:
-  ``ncu --target-processes all --nvtx --nvtx-include "regex:profile_.*/" ... python3 bench/profile_kplanes.py
-  --what kernels``. Each call sits in an NVTX range named ``profile/<config>/<backward>``.
+  backward) at the tomography and production configs, for Nsight Compute to attach to, selecting
+  kernels by name: ``ncu --target-processes all -k "regex:forward_kernel|backward_kernel|
+  run_partials" --metrics ... python3 bench/profile_kplanes.py --what kernels``. (NVTX ranges
+  would not do: the backward kernels are launched from autograd's own thread.)
 
 Usage: python3 bench/profile_kplanes.py --what step|kernels [--out DIR]
 """
@@ -55,12 +56,9 @@ def profile_kernels() -> None:
         s = bk.make_input_sets(cfg, torch.float32, device).channels_last[0]
         for deterministic in (False, True):
             for _ in range(2):  # the second call is the one to read (warm caches, no first-use)
-                name = f"profile_{cfg.name}_{'deterministic' if deterministic else 'default'}"
-                torch.cuda.nvtx.range_push(name)
                 f = fieldfuse.kplanes_tilted(s.pts, s.rotations, s.planes,
                                              deterministic=deterministic)
                 f.sum().backward()
-                torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()
 
 
