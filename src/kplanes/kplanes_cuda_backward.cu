@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // K-Planes backward on CUDA: the point and rotation gradients (per-group partials reduced in a
 // fixed order) and the default plane gradient, scattered with atomics (exact sums, order-dependent
-// rounding); the deterministic plane gradient is kplanes_cuda_gather.cu's.
+// rounding); for the deterministic plane gradient it stores each entry's share, which
+// kplanes_cuda_gather.cu sums per cell.
 #include <cstddef>
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
@@ -35,7 +36,7 @@ __device__ FF_FORCE_INLINE void atomic_add4(double* p, const double (&v)[4]) {
 template <class S>
 using accumulator_t = compute_t<S>;
 
-template <Variant V, class S, class G, bool kScatter>
+template <Variant V, class S, class G, PlaneGradient kPlanes>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     backward_kernel(Geometry geo, const __grid_constant__ LevelTable table,
                     MatrixView grad_features, MatrixView grad_tap_features,
@@ -88,7 +89,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           for (int j = 0; j < kLanes; ++j) {
             channel_backward(taps, corners[j], g[j] * gate, d_sample[j], d_index_x, d_index_y);
           }
-          if constexpr (kScatter) {
+          if constexpr (kPlanes == PlaneGradient::kShares) {
+            // Each plane's ∂L/∂sample of this position, for the deterministic gather to weight
+            // and sum per cell (Note [deterministic gather]).
+            const int64_t position =
+                slot.is_tap_point ? geo.pts.rows + slot.row * kTapsPerTapPoint + tap : slot.row;
+#pragma unroll
+            for (int q = 0; q < 3; ++q) {
+              T share[kLanes];
+#pragma unroll
+              for (int j = 0; j < kLanes; ++j) share[j] = d_sample[j][q];
+              store_share_chunk(static_cast<T*>(level.grad), v, num_positions(geo), 3 * t + q,
+                                position, c0, share);
+            }
+          }
+          if constexpr (kPlanes == PlaneGradient::kScatter) {
             A* grad = static_cast<A*>(level.grad);
             const PlaneView& gv = level.grad_view;
 #pragma unroll
@@ -203,16 +218,21 @@ bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::
 /// What one backward call computes, and the shape of its launches.
 struct BackwardPlan {
   bool wants_points, wants_rotations;
-  bool scatter;  ///< the plane gradients by atomics (requested, and not deterministic)
-  bool half;     ///< 16-bit planes: the scatter adds into float32 accumulators
+  PlaneGradient planes;  ///< what backward_kernel does for the plane gradients
+  bool half;             ///< 16-bit planes: the scatter adds into float32 accumulators
   int64_t slots, groups, blocks;
+
+  bool scatter() const { return planes == PlaneGradient::kScatter; }
 };
 
 BackwardPlan plan_of(const BackwardArgs& a) {
   const Problem& pb = a.problem;
+  const PlaneGradient planes = !a.wants_planes   ? PlaneGradient::kSkip
+                               : a.deterministic ? PlaneGradient::kShares
+                                                 : PlaneGradient::kScatter;
   return {a.grad_pts != nullptr || a.grad_tap_pts != nullptr,
           a.grad_rotations != nullptr,
-          a.wants_planes && !a.deterministic,
+          planes,
           is_16_bit(pb.plane_dtype),
           pb.num_slots(),
           level_groups(pb),
@@ -250,6 +270,16 @@ BackwardBuffers backward_buffers(const Problem& pb, bool wants_points, bool want
   return b;
 }
 
+/// The problem as the share-storing backward sees it: each level's "gradient" is its slice of the
+/// gather's share buffer (Note [deterministic gather]); every element is written, none filled.
+Problem shares_target(const Problem& pb, const GatherBuffers& gather) {
+  Problem target = pb;
+  for (std::size_t l = 0; l < pb.levels.size(); ++l) {
+    target.levels[l].grad = level_shares(pb, gather, l);
+  }
+  return target;
+}
+
 /// The problem as the scatter sees it: each level's gradient redirected to its float32
 /// accumulator for 16-bit planes, and zero-filled, since the scatter adds into it (dense by
 /// contract; Note [deterministic gather] describes the path that writes every cell instead).
@@ -283,7 +313,7 @@ void launch_backward_kernels(const BackwardArgs& a, const Problem& target,
     LevelTable table = level_table<S>(target, group);
     for (int i = 0; i < table.count; ++i) {
       table.accumulate_vector[i] =
-          plan.scatter &&
+          plan.scatter() &&
           aligned_channels_last<accumulator_t<S>>(table.levels[i].grad_view, table.levels[i].grad);
     }
     mark_feature_chunks(table, a.grad_features, a.grad_tap_features, sizeof(G));
@@ -293,14 +323,21 @@ void launch_backward_kernels(const BackwardArgs& a, const Problem& target,
     double* rotations = plan.wants_rotations
                             ? buf.rotation_partials + group * pb.num_tilts * plan.blocks * 9
                             : nullptr;
-    if (plan.scatter) {
-      backward_kernel<V, S, G, true>
+    const auto launch = [&](auto planes) {
+      backward_kernel<V, S, G, decltype(planes)::value>
           <<<grid, kThreads, 0, stream>>>(geo, table, a.grad_features, a.grad_tap_features, points,
                                           rotations, plan.slots, lanes_log2(pb));
-    } else {
-      backward_kernel<V, S, G, false>
-          <<<grid, kThreads, 0, stream>>>(geo, table, a.grad_features, a.grad_tap_features, points,
-                                          rotations, plan.slots, lanes_log2(pb));
+    };
+    switch (plan.planes) {
+      case PlaneGradient::kSkip:
+        launch(std::integral_constant<PlaneGradient, PlaneGradient::kSkip>{});
+        break;
+      case PlaneGradient::kScatter:
+        launch(std::integral_constant<PlaneGradient, PlaneGradient::kScatter>{});
+        break;
+      case PlaneGradient::kShares:
+        launch(std::integral_constant<PlaneGradient, PlaneGradient::kShares>{});
+        break;
     }
     cuda::check_launch(pb.op, "backward_kernel", stream);
   }
@@ -368,16 +405,20 @@ void backward_cuda(const BackwardArgs& a) {
     using T = compute_t<S>;
     using G = typename decltype(grad_tag)::type;
     constexpr Variant V = decltype(variant)::value;
-    // Where the scatter adds: the gradients themselves, or float32 accumulators for 16-bit planes.
-    const Problem target = plan.scatter ? scatter_target<S>(pb, buf, plan.half, stream) : pb;
-    if ((plan.scatter || plan.wants_points || plan.wants_rotations) && plan.slots > 0) {
+    // Where the plane gradients go: the scatter adds into the gradients themselves (or float32
+    // accumulators for 16-bit planes); the deterministic path stores shares for the gather.
+    const Problem target = plan.scatter() ? scatter_target<S>(pb, buf, plan.half, stream)
+                           : plan.planes == PlaneGradient::kShares ? shares_target(pb, buf.gather)
+                                                                   : pb;
+    if ((plan.planes != PlaneGradient::kSkip || plan.wants_points || plan.wants_rotations) &&
+        plan.slots > 0) {
       launch_backward_kernels<V, S, G>(a, target, buf, plan, stream);
     }
     if (plan.wants_points && plan.slots > 0) launch_point_gradient<T>(a, buf, plan, stream);
     if (plan.wants_rotations) launch_rotation_gradient<T>(a, buf, plan, stream);
-    if (plan.scatter && plan.half) round_gradients(pb, target, a.stream);
+    if (plan.scatter() && plan.half) round_gradients(pb, target, a.stream);
   });
-  if (a.wants_planes && a.deterministic) gather_plane_gradients(a, buf.gather, stream);
+  if (plan.planes == PlaneGradient::kShares) gather_plane_gradients(a, buf.gather, stream);
 }
 
 }  // namespace fieldfuse::detail::kplanes

@@ -30,25 +30,29 @@ __device__ FF_FORCE_INLINE Position position_of(int64_t q, int64_t num_points) {
 // ---- deterministic plane gradients: sort entries by cell, gather per cell ----------------------
 
 // Note [deterministic gather]
-// An entry is one (position, plane) pair of a level: its bilinear tap has a base cell (y0, x0).
-// Entries are sorted by (plane, base cell) with a stable radix sort of their index, so each base
-// cell's entries form a run in position order. The key kernel also stores each entry's fractions
-// (tx, ty) on its own plane: the run kernel takes the base cell from the key and the weights from
-// these, so an entry can never land in one run and be weighted for a neighbouring cell (a
-// recomputed tap may round differently where FMA contraction differs between the kernels). A
-// warp then owns one run: its lanes take the entries and 4-channel chunks in a fixed pattern,
-// recompute each entry's samples on the two other planes (storing C values per entry would cost
-// more memory than the planes) and sum its four corner shares into four partials — one per
-// corner, each bound for a fixed neighbour of the base cell: (y0, x0), (y0, x0+1), (y0+1, x0),
-// (y0+1, x0+1) — each lane in run order, the lanes then by a fixed butterfly. Where the border
-// makes corners coincide (x0 = W−1 or y0 = H−1) the shares fold into the corner that exists, in
-// corner order. A second kernel gives each cell the sum of the four partials bound for it, in a
-// fixed order. Every cell is written, so nothing is zero-filled, and the result has the same bits
-// on every run.
-// (The first version gave each run to one thread and recomputed the own plane's tap in both
-// kernels through one out-of-line function, whose taps went through local memory: 7 GB of L2
-// writes at the tomography config, and the run kernel took 4.1 ms of a 5.5 ms backward; one thread
-// per run left it latency-bound at 11% occupancy, 3.0 ms.)
+// An entry is one (position, plane) pair of a level: its bilinear tap has a base cell (y0, x0), and
+// its share is ∂L/∂sample on that plane for each channel (the upstream gradient times the gate
+// times the product of the two other planes' samples). The backward kernel, which computes every
+// share anyway for the point gradients, stores them ([planes, positions, C] per level) instead of
+// scattering them (PlaneGradient::kShares). Entries are sorted by (plane, base cell) with a stable
+// radix sort of their index, so each base cell's entries form a run in position order. The key
+// kernel also stores each entry's fractions (tx, ty) on its own plane: the run kernel takes the
+// base cell from the key and the weights from these, so an entry can never land in one run and be
+// weighted for a neighbouring cell (a recomputed tap may round differently where FMA contraction
+// differs between kernels). A warp then owns one run: its lanes take the entries and 4-channel
+// chunks in a fixed pattern, weight each entry's share by its four corner weights and sum them
+// into four partials — one per corner, each bound for a fixed neighbour of the base cell: (y0, x0),
+// (y0, x0+1), (y0+1, x0), (y0+1, x0+1) — each lane in run order, the lanes then by a fixed
+// butterfly. Where the border makes corners coincide (x0 = W−1 or y0 = H−1) the shares fold into
+// the corner that exists, in corner order. A second kernel gives each cell the sum of the four
+// partials bound for it, in a fixed order. Every cell is written, so nothing is zero-filled, and
+// the result has the same bits on every run.
+// Cost: the shares take C values per entry (3·T·positions·C per level, every level at once, since
+// one backward launch serves all levels of a group: 236 MB at the tomography config, 906 MB at
+// the production one), against which the run kernel only streams them. The versions before
+// recomputed each entry's two partner samples in the run kernel instead (8 corner gathers per
+// entry, 3× the default backward's reads, in cell order): 2.3 ms of a 2.9 ms fwd+bwd at the
+// tomography config, where the default path takes 0.95 ms (bench/RESULTS.md, issue 12).
 
 /// The taps of position `tap` of point p on a level.
 template <Variant V, class T>
@@ -105,77 +109,60 @@ __global__ void run_starts_kernel(const uint32_t* __restrict__ sorted_keys, int6
   run_start[key] = static_cast<uint32_t>(low);
 }
 
-/// Resident blocks per SM the float32 run kernel is compiled for: its ~150 registers allowed only
-/// 3 (16% occupancy), too few warps to hide its gathers' latency (float64 keeps its registers).
-constexpr int kRunBlocksPerSM = 4;
+/// (tx, ty) of an entry: one 8- or 16-byte load.
+__device__ FF_FORCE_INLINE void load_fractions(const float* p, float& tx, float& ty) {
+  const float2 q = __ldg(reinterpret_cast<const float2*>(p));
+  tx = q.x, ty = q.y;
+}
+__device__ FF_FORCE_INLINE void load_fractions(const double* p, double& tx, double& ty) {
+  const double2 q = __ldg(reinterpret_cast<const double2*>(p));
+  tx = q.x, ty = q.y;
+}
 
-/// One warp per base cell (Note [deterministic gather]): the lanes split into `slots` groups of
-/// 2^chunk_log2 lanes; group s takes run entries s, s + slots, ... and lane c of a group channel
-/// chunks c, c + 2^chunk_log2, ... . Each lane sums its entries in run order, the groups are then
-/// combined by a fixed xor butterfly, and group 0 writes the cell's four partials.
-template <Variant V, class S, class G>
-__global__ void __launch_bounds__(kThreads, sizeof(compute_t<S>) == 8 ? 2 : kRunBlocksPerSM)
-    run_partials_kernel(Geometry geo, const __grid_constant__ LevelTable table, int level,
-                        MatrixView grad_features, MatrixView grad_tap_features,
-                        const uint32_t* __restrict__ sorted_entries,
-                        const compute_t<S>* __restrict__ fractions,
-                        const uint32_t* __restrict__ run_start, int64_t num_positions,
-                        int chunk_log2, compute_t<S>* __restrict__ partials) {
-  using T = compute_t<S>;
-  const Level& lv = table.levels[level];
-  const PlaneView& v = lv.view;
+/// A group of 2^(chunk_log2 + slots_log2) lanes per base cell (Note [deterministic gather]): it
+/// splits into 2^slots_log2 slots of 2^chunk_log2 lanes; slot s takes run entries s, s + slots, ...
+/// and lane c of a slot channel chunks c, c + 2^chunk_log2, ... . Each lane sums its entries in
+/// run order, the slots are then combined by a fixed xor butterfly, and slot 0 writes the cell's
+/// four partials.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    run_partials_kernel(PlaneView v, const uint32_t* __restrict__ sorted_entries,
+                        const T* __restrict__ fractions, const T* __restrict__ shares,
+                        const uint32_t* __restrict__ run_start, int chunk_log2, int slots_log2,
+                        T* __restrict__ partials) {
   const int64_t keys = v.planes * v.height * v.width;
-  const int64_t key = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / cuda::kWarpSize;
-  if (key >= keys) return;  // whole warps
-  const int lane = cuda::lane_id();
-  const int group_lanes = 1 << chunk_log2, slots = cuda::kWarpSize >> chunk_log2;
-  const int slot = lane >> chunk_log2, chunk_lane = lane & (group_lanes - 1);
+  const int cell_log2 = chunk_log2 + slots_log2;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t key = thread >> cell_log2;
+  if ((key & ~int64_t{(cuda::kWarpSize >> cell_log2) - 1}) >= keys) return;  // whole warps
+  const bool live = key < keys;  // a dead group still takes part in the shuffles
+  const int lane_in_cell = static_cast<int>(thread & ((1 << cell_log2) - 1));
+  const int group_lanes = 1 << chunk_log2, slots = 1 << slots_log2;
+  const int slot = lane_in_cell >> chunk_log2, chunk_lane = lane_in_cell & (group_lanes - 1);
   const int64_t x0 = key % v.width, y0 = (key / v.width) % v.height;
-  const int64_t k = key / (v.width * v.height);
-  const int t = static_cast<int>(k / 3), own = static_cast<int>(k % 3);
   // Where each corner's share goes: its own partial, or (at the border) the coinciding corner's.
   const bool has_x1 = x0 + 1 < v.width, has_y1 = y0 + 1 < v.height;
-  const S* plane = static_cast<const S*>(lv.data);
-  const T gate = static_cast<T>(lv.gate);
-  const T h = static_cast<T>(geo.h);
-  T R[9];
-  rotation_of<V>(geo, t, R);
-  const uint32_t begin = run_start[key], end = run_start[key + 1];
-  const int64_t first_col = lv.column + t * v.channels;
+  const bool vector = v.channels % kLanes == 0;
+  const uint32_t begin = live ? run_start[key] : 0, end = live ? run_start[key + 1] : 0;
   for (int64_t c0 = int64_t{chunk_lane} * kLanes; c0 - chunk_lane * kLanes < v.channels;
        c0 += int64_t{kLanes} << chunk_log2) {
     T acc[4][kLanes] = {};
     for (uint32_t i = begin + slot; i < end && c0 < v.channels; i += slots) {
-      const uint32_t e = sorted_entries[i];
-      const Position pos = position_of(e - k * num_positions, geo.pts.rows);
-      T p[3];
-      slot_point(geo, pos.slot, p);
-      BilinearTap<T> taps[3];
-      position_taps<V>(R, p, pos.tap, h, v.height, v.width, taps);
-      // The own plane's weights are the key kernel's (Note [deterministic gather]). Selects, not
-      // taps[own]: a runtime index would put taps in local memory.
-      BilinearTap<T> own_tap = own == 0 ? taps[0] : own == 1 ? taps[1] : taps[2];
-      own_tap.tx = fractions[2 * static_cast<int64_t>(e)];
-      own_tap.ty = fractions[2 * static_cast<int64_t>(e) + 1];
-      // Only the partner planes' corners: the own plane's gradient does not depend on them.
-      Corners<T> corners[kLanes][3];
-      load_chunk(plane, v, table.read_vector[level], t, c0, taps, corners, /*skip=*/own);
-      T g[kLanes];
-      upstream_chunk<T, G>(pick(pos.slot.is_tap_point, grad_tap_features, grad_features),
-                           pos.slot.is_tap_point ? pos.tap : 0, pos.slot.row, first_col, c0,
-                           v.channels, table.features_vector[level], g);
+      const int64_t e = sorted_entries[i];
+      BilinearTap<T> tap{};
+      load_fractions(fractions + 2 * e, tap.tx, tap.ty);
+      const T* row = shares + e * v.channels + c0;
+      T d_sample[kLanes];
+      if (vector) {
+        load4(row, d_sample);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kLanes; ++j) d_sample[j] = c0 + j < v.channels ? row[j] : T(0);
+      }
 #pragma unroll
       for (int j = 0; j < kLanes; ++j) {
-        T s[3], partial[3];
-#pragma unroll
-        for (int p_ = 0; p_ < 3; ++p_) {
-          const T(&c)[4] = corners[j][p_].v;
-          s[p_] = p_ == own ? T(0) : taps[p_].sample(c[0], c[1], c[2], c[3]);
-        }
-        plane_product_partials(s, partial);  // partial[own] is the product of the partners
-        const T partners = own == 0 ? partial[0] : own == 1 ? partial[1] : partial[2];
         T share[4];
-        own_tap.scatter(g[j] * gate * partners, share);
+        tap.scatter(d_sample[j], share);
         // In corner order, each into its partial or the coinciding one's; constant indices only
         // (a computed index would put acc in local memory).
         acc[0][j] += share[0];
@@ -200,16 +187,23 @@ __global__ void __launch_bounds__(kThreads, sizeof(compute_t<S>) == 8 ? 2 : kRun
         }
       }
     }
-    // The slot groups' sums, combined in a fixed order (every lane takes part).
+    // The slots' sums, combined in a fixed order (every lane takes part).
 #pragma unroll
     for (int corner = 0; corner < 4; ++corner) {
 #pragma unroll
       for (int j = 0; j < kLanes; ++j) {
-        for (int offset = group_lanes; offset < cuda::kWarpSize; offset <<= 1) {
+        for (int offset = group_lanes; offset < (1 << cell_log2); offset <<= 1) {
           acc[corner][j] += __shfl_xor_sync(cuda::kFullWarp, acc[corner][j], offset);
         }
-        if (slot == 0 && c0 + j < v.channels) {
-          partials[(corner * keys + key) * v.channels + c0 + j] = acc[corner][j];
+      }
+      if (!live || slot != 0 || c0 >= v.channels) continue;
+      T* out = partials + (corner * keys + key) * v.channels + c0;
+      if (vector) {
+        store4(out, acc[corner]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kLanes; ++j) {
+          if (c0 + j < v.channels) out[j] = acc[corner][j];
         }
       }
     }
@@ -237,6 +231,17 @@ __global__ void combine_partials_kernel(const compute_t<S>* __restrict__ partial
 }
 
 // ---- host side ---------------------------------------------------------------------------------
+
+/// Share elements of levels 0 .. l−1: where level l's slice of the share buffer starts (each
+/// slice a multiple of 4 elements, so 4-channel rows stay 16-byte aligned).
+int64_t share_elements(const Problem& pb, std::size_t l) {
+  int64_t total = 0;
+  for (std::size_t i = 0; i < l; ++i) {
+    const PlaneView& v = pb.levels[i].view;
+    total += (pb.num_positions() * v.planes * v.channels + 3) / 4 * 4;
+  }
+  return total;
+}
 
 int end_bit_for(int64_t num_keys) {
   int bits = 1;
@@ -268,22 +273,28 @@ void sort_entries(const Problem& pb, const Geometry& geo, const LevelTable& tabl
 }
 
 /// Sums each run into its cell's four partials and combines them into level l's gradient.
-template <Variant V, class S, class G>
-void sum_runs(const BackwardArgs& a, const Geometry& geo, const LevelTable& table, int level,
-              const GatherBuffers& buf, std::size_t l, int64_t keys, cudaStream_t stream) {
+template <class S>
+void sum_runs(const Problem& pb, const GatherBuffers& buf, std::size_t l, int64_t keys,
+              cudaStream_t stream) {
   using T = compute_t<S>;
-  const Problem& pb = a.problem;
   const PlaneView& v = pb.levels[l].view;
   // Lanes per entry: one per 4-channel chunk, rounded up to a power of two, at most a warp.
   const int64_t chunks = cuda::ceil_div(v.channels, kLanes);
   int chunk_log2 = 0;
   while (chunk_log2 < 5 && (int64_t{1} << chunk_log2) < chunks) ++chunk_log2;
+  // Slots per cell: about one per 4 entries of the mean run, at most what fills a warp. Short runs
+  // (a fine level) want few: the butterfly costs as much as the run (2.3 shuffles per entry at
+  // one slot per entry and 15-entry runs). A function of the shapes only, so the summation order
+  // (and the bits) do not depend on the data.
+  const int64_t mean_run = pb.num_positions() / std::max<int64_t>(1, v.height * v.width);
+  int slots_log2 = 0;
+  while (chunk_log2 + slots_log2 < 5 && (int64_t{4} << (slots_log2 + 1)) <= mean_run) ++slots_log2;
   auto* partials = static_cast<T*>(buf.run_partials);
-  constexpr int64_t kWarpsPerBlock = kThreads / cuda::kWarpSize;
-  run_partials_kernel<V, S, G>
-      <<<static_cast<unsigned>(cuda::ceil_div(keys, kWarpsPerBlock)), kThreads, 0, stream>>>(
-          geo, table, level, a.grad_features, a.grad_tap_features, buf.sorted_entries,
-          static_cast<const T*>(buf.fractions), buf.run_start, pb.num_positions(), chunk_log2,
+  const int64_t lanes = keys << (chunk_log2 + slots_log2);
+  run_partials_kernel<T>
+      <<<static_cast<unsigned>(cuda::ceil_div(lanes, kThreads)), kThreads, 0, stream>>>(
+          v, buf.sorted_entries, static_cast<const T*>(buf.fractions),
+          static_cast<const T*>(level_shares(pb, buf, l)), buf.run_start, chunk_log2, slots_log2,
           partials);
   cuda::check_launch(pb.op, "run_partials_kernel", stream);
   combine_partials_kernel<S>
@@ -293,6 +304,12 @@ void sum_runs(const BackwardArgs& a, const Geometry& geo, const LevelTable& tabl
 }
 
 }  // namespace
+
+void* level_shares(const Problem& pb, const GatherBuffers& buf, std::size_t l) {
+  const std::size_t compute_bytes =
+      pb.plane_dtype == DType::Float64 ? sizeof(double) : sizeof(float);
+  return static_cast<char*>(buf.shares) + share_elements(pb, l) * compute_bytes;
+}
 
 GatherBuffers carve_gather_buffers(const Problem& pb, Carver& carve) {
   int64_t max_entries = 0, max_keys = 0, max_cells = 0;
@@ -318,6 +335,7 @@ GatherBuffers carve_gather_buffers(const Problem& pb, Carver& carve) {
   const std::size_t compute_bytes =
       pb.plane_dtype == DType::Float64 ? sizeof(double) : sizeof(float);
   b.fractions = carve.take<char>(2 * max_entries * compute_bytes);
+  b.shares = carve.take<char>(share_elements(pb, pb.levels.size()) * compute_bytes);
   b.run_partials = carve.take<char>(4 * max_cells * compute_bytes);
   std::size_t scratch = 0;
   cuda::check(
@@ -332,21 +350,22 @@ GatherBuffers carve_gather_buffers(const Problem& pb, Carver& carve) {
 void gather_plane_gradients(const BackwardArgs& a, const GatherBuffers& buf, cudaStream_t stream) {
   const Problem& pb = a.problem;
   const Geometry geo = geometry_of(pb);
-  dispatch_problem(pb, a.grad_dtype, [&](auto plane_tag, auto grad_tag, auto variant) {
+  // The shares already hold the upstream gradient: only the plane dtype and variant matter here.
+  cuda::dispatch_float_types(pb.op, pb.plane_dtype, [&](auto plane_tag) {
     using S = typename decltype(plane_tag)::type;
-    using G = typename decltype(grad_tag)::type;
-    constexpr Variant V = decltype(variant)::value;
-    for (std::size_t l = 0; l < pb.levels.size(); ++l) {
-      const int64_t group = static_cast<int64_t>(l) / kMaxLevelsPerLaunch;
-      const int level = static_cast<int>(l % kMaxLevelsPerLaunch);
-      LevelTable table = level_table<S>(pb, group);
-      mark_feature_chunks(table, a.grad_features, a.grad_tap_features, sizeof(G));
-      const PlaneView& v = pb.levels[l].view;
-      const int64_t entries = pb.num_positions() * v.planes;
-      const int64_t keys = v.planes * v.height * v.width;
-      sort_entries<V, S>(pb, geo, table, level, buf, entries, keys, stream);
-      sum_runs<V, S, G>(a, geo, table, level, buf, l, keys, stream);
-    }
+    visit_variant(pb.variant, [&](auto variant) {
+      constexpr Variant V = decltype(variant)::value;
+      for (std::size_t l = 0; l < pb.levels.size(); ++l) {
+        const int64_t group = static_cast<int64_t>(l) / kMaxLevelsPerLaunch;
+        const int level = static_cast<int>(l % kMaxLevelsPerLaunch);
+        const LevelTable table = level_table<S>(pb, group);
+        const PlaneView& v = pb.levels[l].view;
+        const int64_t entries = pb.num_positions() * v.planes;
+        const int64_t keys = v.planes * v.height * v.width;
+        sort_entries<V, S>(pb, geo, table, level, buf, entries, keys, stream);
+        sum_runs<S>(pb, buf, l, keys, stream);
+      }
+    });
   });
 }
 

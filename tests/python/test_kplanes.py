@@ -680,6 +680,55 @@ def test_cuda_deterministic_backward_repeats_bits(rng, tolerances):
     _assert_all_equal(tap_first, _all_grads(taps, tap_tensors, g4), "taps repeat")
 
 
+# Shapes that move the deterministic gather's lane plan (Note [deterministic gather]): runs of
+# ~0.1 to ~800 entries per cell (slots per cell), channel counts below, at and past one 4-channel
+# chunk and not a multiple of 4 (scalar share rows), size-1 axes (coinciding corners), several levels.
+DETERMINISTIC_CONFIGS = [
+    Config("short-runs", 300, 2, ((8, 40, 40),)),
+    Config("long-runs", 20000, 2, ((4, 5, 5),)),
+    Config("odd-channels", 3000, 3, ((3, 9, 7), (13, 4, 6))),
+    Config("size-one", 500, 2, ((2, 1, 5), (5, 6, 1), (3, 1, 1))),
+    Config("wide", 1000, 2, ((48, 10, 12),), (0.5,)),
+]
+
+
+def _assert_near_float64(ours_fn, ref_fn, tensors, upstream, tolerances, ulps):
+    """Every output and gradient within the float64 tolerances (float64 inputs), or within `ulps`
+    float32 ulps of each tensor's largest exact value (float32 inputs)."""
+    out, grads = _value_and_grads(ours_fn, tensors, upstream)
+    exact, exact_grads = _value_and_grads(
+        ref_fn, [t.double() for t in tensors], upstream.double()
+    )
+    for name, ours, e in zip(["features", *_names(len(tensors) - 2)], [out, *grads],
+                             [exact, *exact_grads], strict=True):
+        if ours.dtype == F64:
+            tol = tolerances(F64).grad
+            assert_close(ours, e, **tol, msg=lambda m, name=name: f"{name}: {m}")
+        else:
+            bound = ulps * EPS32 * e.abs().max().item()
+            assert _max_error(ours, e) <= bound, (name, _max_error(ours, e), bound)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("config", DETERMINISTIC_CONFIGS, ids=str)
+def test_cuda_deterministic_gradients_match_reference(config, dtype, rng, tolerances):
+    # float32: the runs sum hundreds of shares per cell in order, so allow 64 ulps of the largest
+    # value (PyTorch's own float32 backward is not a usable yardstick at these collision rates).
+    x = _inputs(config, rng, "cuda", dtype, kink_free=dtype == F32)
+    g = _randn((config.batch, config.num_features), rng, "cuda", dtype)
+    _assert_near_float64(
+        tilted_fn(gates=config.gates, deterministic=True), tilted_fn(ref, config.gates),
+        x.tensors(), g, tolerances, ulps=64,
+    )
+    h = 0.05
+    g4 = _randn((4, config.batch, config.num_features), rng, "cuda", dtype)
+    _assert_near_float64(
+        taps_fn(h, gates=config.gates, deterministic=True), taps_fn(h, ref, config.gates),
+        x.tensors(), g4, tolerances, ulps=64,
+    )
+
+
 # --- 6: taps ------------------------------------------------------------------------------------
 
 
