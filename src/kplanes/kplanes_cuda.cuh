@@ -277,11 +277,10 @@ inline void mark_feature_chunks(LevelTable& table, const MatrixView& a, const Ma
   }
 }
 
+/// The table of levels [first, last) (at most kMaxLevelsPerLaunch of them).
 template <class S>
-LevelTable level_table(const Problem& pb, int64_t group) {
+LevelTable level_table(const Problem& pb, int64_t first, int64_t last) {
   LevelTable table;
-  const int64_t first = group * kMaxLevelsPerLaunch;
-  const int64_t last = std::min<int64_t>(first + kMaxLevelsPerLaunch, pb.levels.size());
   table.count = static_cast<int>(last - first);
   for (int64_t l = first; l < last; ++l) {
     const int i = static_cast<int>(l - first);
@@ -289,6 +288,14 @@ LevelTable level_table(const Problem& pb, int64_t group) {
     table.read_vector[i] = aligned_channels_last<S>(pb.levels[l].view, pb.levels[l].data);
   }
   return table;
+}
+
+/// The table of level group `group`: levels group·kMaxLevelsPerLaunch onwards.
+template <class S>
+LevelTable level_table(const Problem& pb, int64_t group) {
+  const int64_t first = group * kMaxLevelsPerLaunch;
+  return level_table<S>(pb, first,
+                        std::min<int64_t>(first + kMaxLevelsPerLaunch, pb.levels.size()));
 }
 
 /// Calls f(TypeTag<O>) for an output (or upstream gradient) dtype: the compute type or S.
@@ -401,18 +408,19 @@ struct GatherBuffers {
   uint32_t *keys = nullptr, *sorted_keys = nullptr, *entries = nullptr, *sorted_entries = nullptr;
   uint32_t* run_start = nullptr;
   void* fractions = nullptr;     // [entries, 2] compute type: (tx, ty) on the entry's own plane
-  void* shares = nullptr;        // every level's [entries, C] compute type, level after level
+  void* shares = nullptr;        // [entries, C] compute type: one level's, at a time
   void* run_partials = nullptr;  // [4, keys, C] compute type
   void* sort_scratch = nullptr;
   std::size_t sort_scratch_bytes = 0;
 };
 
-/// Takes the gather's buffers from `carve` (the shares for every level, the rest sized for the
-/// largest level; `carve` may only measure).
+/// Takes the gather's buffers from `carve`, sized for the largest level (`carve` may only measure).
 GatherBuffers carve_gather_buffers(const Problem& pb, Carver& carve);
 
-/// Level l's slice of the share buffer.
-void* level_shares(const Problem& pb, const GatherBuffers& buf, std::size_t l);
+/// Writes level l's plane gradient of `a` from the shares the backward kernel stored for it, on
+/// `stream` (Note [deterministic gather]).
+void gather_level_gradient(const BackwardArgs& a, const GatherBuffers& buf, std::size_t l,
+                           cudaStream_t stream);
 
 /// Writes every plane gradient of `a` by the deterministic gather, on `stream`.
 void gather_plane_gradients(const BackwardArgs& a, const GatherBuffers& buf, cudaStream_t stream);

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-/// grad_pts[s] = Σ_groups Σ_t point_partials[group][t][s], in that fixed order.
+/// grad_pts[s] = Σ_launches Σ_t point_partials[launch][t][s], in that fixed order.
 template <class T>
 __global__ void point_gradient_kernel(const T* __restrict__ partials, int64_t partial_sets,
                                       int64_t num_slots, int64_t num_points, T* grad_pts,
@@ -187,14 +187,16 @@ __global__ void point_gradient_kernel(const T* __restrict__ partials, int64_t pa
 
 constexpr int kFinalThreads = 256;
 
-/// One block per (tilt, entry): grad_rotations[t][i] = Σ over groups and blocks, in a fixed order.
+/// One block per (tilt, entry): grad_rotations[t][i] = Σ over launches and blocks, in a fixed
+/// order.
 template <class T>
 __global__ void __launch_bounds__(kFinalThreads)
-    rotation_gradient_kernel(const double* __restrict__ partials, int64_t groups, int64_t num_tilts,
-                             int64_t blocks_per_tilt, T* grad, int64_t s0, int64_t s1, int64_t s2) {
+    rotation_gradient_kernel(const double* __restrict__ partials, int64_t launches,
+                             int64_t num_tilts, int64_t blocks_per_tilt, T* grad, int64_t s0,
+                             int64_t s1, int64_t s2) {
   const int64_t t = blockIdx.x / 9, i = blockIdx.x % 9;
   double sum = 0.0;
-  for (int64_t g = 0; g < groups; ++g) {
+  for (int64_t g = 0; g < launches; ++g) {
     const double* base = partials + ((g * num_tilts + t) * blocks_per_tilt) * 9 + i;
     for (int64_t b = threadIdx.x; b < blocks_per_tilt; b += kFinalThreads) sum += base[b * 9];
   }
@@ -215,34 +217,45 @@ int64_t backward_blocks(const Problem& pb) { return std::min(slot_blocks(pb), kB
 
 bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
 
+PlaneGradient plane_gradient(bool wants_planes, bool deterministic) {
+  return !wants_planes   ? PlaneGradient::kSkip
+         : deterministic ? PlaneGradient::kShares
+                         : PlaneGradient::kScatter;
+}
+
+/// backward_kernel launches: one per group of kMaxLevelsPerLaunch levels, or one per level when it
+/// stores shares, so the share buffer holds one level at a time (Note [deterministic gather]).
+int64_t launch_count(const Problem& pb, PlaneGradient planes) {
+  return planes == PlaneGradient::kShares ? static_cast<int64_t>(pb.levels.size())
+                                          : level_groups(pb);
+}
+
 /// What one backward call computes, and the shape of its launches.
 struct BackwardPlan {
   bool wants_points, wants_rotations;
   PlaneGradient planes;  ///< what backward_kernel does for the plane gradients
   bool half;             ///< 16-bit planes: the scatter adds into float32 accumulators
-  int64_t slots, groups, blocks;
+  int64_t slots, launches, blocks;
 
   bool scatter() const { return planes == PlaneGradient::kScatter; }
 };
 
 BackwardPlan plan_of(const BackwardArgs& a) {
   const Problem& pb = a.problem;
-  const PlaneGradient planes = !a.wants_planes   ? PlaneGradient::kSkip
-                               : a.deterministic ? PlaneGradient::kShares
-                                                 : PlaneGradient::kScatter;
+  const PlaneGradient planes = plane_gradient(a.wants_planes, a.deterministic);
   return {a.grad_pts != nullptr || a.grad_tap_pts != nullptr,
           a.grad_rotations != nullptr,
           planes,
           is_16_bit(pb.plane_dtype),
           pb.num_slots(),
-          level_groups(pb),
+          launch_count(pb, planes),
           backward_blocks(pb)};
 }
 
 /// The workspace layout of the backward. `base == nullptr` only measures.
 struct BackwardBuffers {
-  void* point_partials = nullptr;       // [groups, T, slots, 3] compute type
-  double* rotation_partials = nullptr;  // [groups, T, slot blocks, 9]
+  void* point_partials = nullptr;       // [launches, T, slots, 3] compute type
+  double* rotation_partials = nullptr;  // [launches, T, slot blocks, 9]
   float* accumulators = nullptr;        // 16-bit planes: Σ_l numel, channels-last per level
   GatherBuffers gather;                 // deterministic plane gradients
   std::size_t bytes = 0;
@@ -252,13 +265,14 @@ BackwardBuffers backward_buffers(const Problem& pb, bool wants_points, bool want
                                  bool wants_planes, bool deterministic, void* base) {
   BackwardBuffers b;
   Carver carve(base);
-  const int64_t groups = level_groups(pb), slots = pb.num_slots();
+  const int64_t launches = launch_count(pb, plane_gradient(wants_planes, deterministic));
+  const int64_t slots = pb.num_slots();
   const std::size_t compute_size = dtype_size(pb.dtype);
   if (wants_points) {
-    b.point_partials = carve.take<char>(groups * pb.num_tilts * slots * 3 * compute_size);
+    b.point_partials = carve.take<char>(launches * pb.num_tilts * slots * 3 * compute_size);
   }
   if (wants_rotations) {
-    b.rotation_partials = carve.take<double>(groups * pb.num_tilts * backward_blocks(pb) * 9);
+    b.rotation_partials = carve.take<double>(launches * pb.num_tilts * backward_blocks(pb) * 9);
   }
   if (wants_planes && !deterministic && is_16_bit(pb.plane_dtype)) {
     int64_t total = 0;
@@ -270,13 +284,12 @@ BackwardBuffers backward_buffers(const Problem& pb, bool wants_points, bool want
   return b;
 }
 
-/// The problem as the share-storing backward sees it: each level's "gradient" is its slice of the
-/// gather's share buffer (Note [deterministic gather]); every element is written, none filled.
+/// The problem as the share-storing backward sees it: every level's "gradient" is the gather's
+/// share buffer, which holds the level of the current launch (Note [deterministic gather]); every
+/// element is written, none filled.
 Problem shares_target(const Problem& pb, const GatherBuffers& gather) {
   Problem target = pb;
-  for (std::size_t l = 0; l < pb.levels.size(); ++l) {
-    target.levels[l].grad = level_shares(pb, gather, l);
-  }
+  for (Level& level : target.levels) level.grad = gather.shares;
   return target;
 }
 
@@ -300,47 +313,53 @@ Problem scatter_target(const Problem& pb, const BackwardBuffers& buf, bool half,
   return target;
 }
 
-/// backward_kernel over every level group: per-group point and rotation partials, and the scatter.
+/// The levels of backward launch `launch` (launch_count): a group, or one level for the shares.
+template <class S>
+LevelTable launch_table(const Problem& target, const BackwardPlan& plan, int64_t launch) {
+  if (plan.planes != PlaneGradient::kShares) return level_table<S>(target, launch);
+  return level_table<S>(target, launch, launch + 1);
+}
+
+/// backward_kernel launch `launch`: its point and rotation partials, and its levels' plane
+/// gradients (scattered, or as shares).
 template <Variant V, class S, class G>
-void launch_backward_kernels(const BackwardArgs& a, const Problem& target,
-                             const BackwardBuffers& buf, const BackwardPlan& plan,
-                             cudaStream_t stream) {
+void launch_backward_kernel(const BackwardArgs& a, const Problem& target,
+                            const BackwardBuffers& buf, const BackwardPlan& plan, int64_t launch,
+                            cudaStream_t stream) {
   using T = compute_t<S>;
   const Problem& pb = a.problem;
   const Geometry geo = geometry_of(pb);
   const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(pb.num_tilts));
-  for (int64_t group = 0; group < plan.groups; ++group) {
-    LevelTable table = level_table<S>(target, group);
-    for (int i = 0; i < table.count; ++i) {
-      table.accumulate_vector[i] =
-          plan.scatter() &&
-          aligned_channels_last<accumulator_t<S>>(table.levels[i].grad_view, table.levels[i].grad);
-    }
-    mark_feature_chunks(table, a.grad_features, a.grad_tap_features, sizeof(G));
-    T* points = plan.wants_points
-                    ? static_cast<T*>(buf.point_partials) + group * pb.num_tilts * plan.slots * 3
-                    : nullptr;
-    double* rotations = plan.wants_rotations
-                            ? buf.rotation_partials + group * pb.num_tilts * plan.blocks * 9
-                            : nullptr;
-    const auto launch = [&](auto planes) {
-      backward_kernel<V, S, G, decltype(planes)::value>
-          <<<grid, kThreads, 0, stream>>>(geo, table, a.grad_features, a.grad_tap_features, points,
-                                          rotations, plan.slots, lanes_log2(pb));
-    };
-    switch (plan.planes) {
-      case PlaneGradient::kSkip:
-        launch(std::integral_constant<PlaneGradient, PlaneGradient::kSkip>{});
-        break;
-      case PlaneGradient::kScatter:
-        launch(std::integral_constant<PlaneGradient, PlaneGradient::kScatter>{});
-        break;
-      case PlaneGradient::kShares:
-        launch(std::integral_constant<PlaneGradient, PlaneGradient::kShares>{});
-        break;
-    }
-    cuda::check_launch(pb.op, "backward_kernel", stream);
+  LevelTable table = launch_table<S>(target, plan, launch);
+  for (int i = 0; i < table.count; ++i) {
+    table.accumulate_vector[i] =
+        plan.scatter() &&
+        aligned_channels_last<accumulator_t<S>>(table.levels[i].grad_view, table.levels[i].grad);
   }
+  mark_feature_chunks(table, a.grad_features, a.grad_tap_features, sizeof(G));
+  T* points = plan.wants_points
+                  ? static_cast<T*>(buf.point_partials) + launch * pb.num_tilts * plan.slots * 3
+                  : nullptr;
+  double* rotations = plan.wants_rotations
+                          ? buf.rotation_partials + launch * pb.num_tilts * plan.blocks * 9
+                          : nullptr;
+  const auto run = [&](auto planes) {
+    backward_kernel<V, S, G, decltype(planes)::value>
+        <<<grid, kThreads, 0, stream>>>(geo, table, a.grad_features, a.grad_tap_features, points,
+                                        rotations, plan.slots, lanes_log2(pb));
+  };
+  switch (plan.planes) {
+    case PlaneGradient::kSkip:
+      run(std::integral_constant<PlaneGradient, PlaneGradient::kSkip>{});
+      break;
+    case PlaneGradient::kScatter:
+      run(std::integral_constant<PlaneGradient, PlaneGradient::kScatter>{});
+      break;
+    case PlaneGradient::kShares:
+      run(std::integral_constant<PlaneGradient, PlaneGradient::kShares>{});
+      break;
+  }
+  cuda::check_launch(pb.op, "backward_kernel", stream);
 }
 
 /// grad_pts and grad_tap_pts from the point partials of every group and tilt.
@@ -351,7 +370,7 @@ void launch_point_gradient(const BackwardArgs& a, const BackwardBuffers& buf,
   const auto st = a.grad_pts_strides, tst = a.grad_tap_pts_strides;
   point_gradient_kernel<T>
       <<<static_cast<unsigned>(cuda::ceil_div(plan.slots, 256)), 256, 0, stream>>>(
-          static_cast<const T*>(buf.point_partials), plan.groups * pb.num_tilts, plan.slots,
+          static_cast<const T*>(buf.point_partials), plan.launches * pb.num_tilts, plan.slots,
           pb.pts.rows, static_cast<T*>(a.grad_pts), st[0], st[1], static_cast<T*>(a.grad_tap_pts),
           tst[0], tst[1]);
   cuda::check_launch(pb.op, "point_gradient_kernel", stream);
@@ -365,7 +384,7 @@ void launch_rotation_gradient(const BackwardArgs& a, const BackwardBuffers& buf,
   const auto st = a.grad_rotation_strides;
   rotation_gradient_kernel<T>
       <<<static_cast<unsigned>(pb.num_tilts * 9), kFinalThreads, 0, stream>>>(
-          buf.rotation_partials, plan.slots > 0 ? plan.groups : 0, pb.num_tilts, plan.blocks,
+          buf.rotation_partials, plan.slots > 0 ? plan.launches : 0, pb.num_tilts, plan.blocks,
           static_cast<T*>(a.grad_rotations), st[0], st[1], st[2]);
   cuda::check_launch(pb.op, "rotation_gradient_kernel", stream);
 }
@@ -410,15 +429,20 @@ void backward_cuda(const BackwardArgs& a) {
     const Problem target = plan.scatter() ? scatter_target<S>(pb, buf, plan.half, stream)
                            : plan.planes == PlaneGradient::kShares ? shares_target(pb, buf.gather)
                                                                    : pb;
-    if ((plan.planes != PlaneGradient::kSkip || plan.wants_points || plan.wants_rotations) &&
-        plan.slots > 0) {
-      launch_backward_kernels<V, S, G>(a, target, buf, plan, stream);
+    const bool kernel =
+        (plan.planes != PlaneGradient::kSkip || plan.wants_points || plan.wants_rotations) &&
+        plan.slots > 0;
+    for (int64_t launch = 0; launch < plan.launches; ++launch) {
+      if (kernel) launch_backward_kernel<V, S, G>(a, target, buf, plan, launch, stream);
+      // The shares of this level are complete: sum them before the next launch overwrites them.
+      if (plan.planes == PlaneGradient::kShares) {
+        gather_level_gradient(a, buf.gather, static_cast<std::size_t>(launch), stream);
+      }
     }
     if (plan.wants_points && plan.slots > 0) launch_point_gradient<T>(a, buf, plan, stream);
     if (plan.wants_rotations) launch_rotation_gradient<T>(a, buf, plan, stream);
     if (plan.scatter() && plan.half) round_gradients(pb, target, a.stream);
   });
-  if (plan.planes == PlaneGradient::kShares) gather_plane_gradients(a, buf.gather, stream);
 }
 
 }  // namespace fieldfuse::detail::kplanes

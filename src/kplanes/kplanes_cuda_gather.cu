@@ -47,12 +47,13 @@ __device__ FF_FORCE_INLINE Position position_of(int64_t q, int64_t num_points) {
 // the corner that exists, in corner order. A second kernel gives each cell the sum of the four
 // partials bound for it, in a fixed order. Every cell is written, so nothing is zero-filled, and
 // the result has the same bits on every run.
-// Cost: the shares take C values per entry (3·T·positions·C per level, every level at once, since
-// one backward launch serves all levels of a group: 236 MB at the tomography config, 906 MB at
-// the production one), against which the run kernel only streams them. The versions before
-// recomputed each entry's two partner samples in the run kernel instead (8 corner gathers per
-// entry, 3× the default backward's reads, in cell order): 2.3 ms of a 2.9 ms fwd+bwd at the
-// tomography config, where the default path takes 0.95 ms (bench/RESULTS.md, issue 12).
+// Cost: the shares take C values per entry (3·T·positions·C, one level at a time: the backward
+// runs one launch per level on this path, each followed by its level's sort and sums; 236 MB at
+// the tomography config, 1.2 GB at the production one, against the planes' 15 MB and 242 MB),
+// against which the run kernel only streams them. The versions before recomputed each entry's
+// two partner samples in the run kernel instead (8 corner gathers per entry, 3× the default
+// backward's reads, in cell order): 2.3 ms of a 2.9 ms fwd+bwd at the tomography config, where
+// the default path takes 0.95 ms (bench/RESULTS.md, issue 12).
 
 /// The taps of position `tap` of point p on a level.
 template <Variant V, class T>
@@ -232,17 +233,6 @@ __global__ void combine_partials_kernel(const compute_t<S>* __restrict__ partial
 
 // ---- host side ---------------------------------------------------------------------------------
 
-/// Share elements of levels 0 .. l−1: where level l's slice of the share buffer starts (each
-/// slice a multiple of 4 elements, so 4-channel rows stay 16-byte aligned).
-int64_t share_elements(const Problem& pb, std::size_t l) {
-  int64_t total = 0;
-  for (std::size_t i = 0; i < l; ++i) {
-    const PlaneView& v = pb.levels[i].view;
-    total += (pb.num_positions() * v.planes * v.channels + 3) / 4 * 4;
-  }
-  return total;
-}
-
 int end_bit_for(int64_t num_keys) {
   int bits = 1;
   while (bits < 32 && (int64_t{1} << bits) < num_keys) ++bits;
@@ -294,8 +284,7 @@ void sum_runs(const Problem& pb, const GatherBuffers& buf, std::size_t l, int64_
   run_partials_kernel<T>
       <<<static_cast<unsigned>(cuda::ceil_div(lanes, kThreads)), kThreads, 0, stream>>>(
           v, buf.sorted_entries, static_cast<const T*>(buf.fractions),
-          static_cast<const T*>(level_shares(pb, buf, l)), buf.run_start, chunk_log2, slots_log2,
-          partials);
+          static_cast<const T*>(buf.shares), buf.run_start, chunk_log2, slots_log2, partials);
   cuda::check_launch(pb.op, "run_partials_kernel", stream);
   combine_partials_kernel<S>
       <<<static_cast<unsigned>(cuda::ceil_div(keys * v.channels, 256)), 256, 0, stream>>>(
@@ -305,17 +294,12 @@ void sum_runs(const Problem& pb, const GatherBuffers& buf, std::size_t l, int64_
 
 }  // namespace
 
-void* level_shares(const Problem& pb, const GatherBuffers& buf, std::size_t l) {
-  const std::size_t compute_bytes =
-      pb.plane_dtype == DType::Float64 ? sizeof(double) : sizeof(float);
-  return static_cast<char*>(buf.shares) + share_elements(pb, l) * compute_bytes;
-}
-
 GatherBuffers carve_gather_buffers(const Problem& pb, Carver& carve) {
-  int64_t max_entries = 0, max_keys = 0, max_cells = 0;
+  int64_t max_entries = 0, max_keys = 0, max_cells = 0, max_shares = 0;
   for (const Level& level : pb.levels) {
     const PlaneView& v = level.view;
     max_entries = std::max(max_entries, pb.num_positions() * v.planes);
+    max_shares = std::max(max_shares, pb.num_positions() * v.planes * v.channels);
     max_keys = std::max(max_keys, v.planes * v.height * v.width);
     max_cells = std::max(max_cells, v.numel());
   }
@@ -335,7 +319,7 @@ GatherBuffers carve_gather_buffers(const Problem& pb, Carver& carve) {
   const std::size_t compute_bytes =
       pb.plane_dtype == DType::Float64 ? sizeof(double) : sizeof(float);
   b.fractions = carve.take<char>(2 * max_entries * compute_bytes);
-  b.shares = carve.take<char>(share_elements(pb, pb.levels.size()) * compute_bytes);
+  b.shares = carve.take<char>(max_shares * compute_bytes);
   b.run_partials = carve.take<char>(4 * max_cells * compute_bytes);
   std::size_t scratch = 0;
   cuda::check(
@@ -347,24 +331,22 @@ GatherBuffers carve_gather_buffers(const Problem& pb, Carver& carve) {
   return b;
 }
 
-void gather_plane_gradients(const BackwardArgs& a, const GatherBuffers& buf, cudaStream_t stream) {
+void gather_level_gradient(const BackwardArgs& a, const GatherBuffers& buf, std::size_t l,
+                           cudaStream_t stream) {
   const Problem& pb = a.problem;
   const Geometry geo = geometry_of(pb);
+  const int64_t group = static_cast<int64_t>(l) / kMaxLevelsPerLaunch;
+  const int level = static_cast<int>(l % kMaxLevelsPerLaunch);
+  const PlaneView& v = pb.levels[l].view;
+  const int64_t entries = pb.num_positions() * v.planes;
+  const int64_t keys = v.planes * v.height * v.width;
   // The shares already hold the upstream gradient: only the plane dtype and variant matter here.
   cuda::dispatch_float_types(pb.op, pb.plane_dtype, [&](auto plane_tag) {
     using S = typename decltype(plane_tag)::type;
     visit_variant(pb.variant, [&](auto variant) {
       constexpr Variant V = decltype(variant)::value;
-      for (std::size_t l = 0; l < pb.levels.size(); ++l) {
-        const int64_t group = static_cast<int64_t>(l) / kMaxLevelsPerLaunch;
-        const int level = static_cast<int>(l % kMaxLevelsPerLaunch);
-        const LevelTable table = level_table<S>(pb, group);
-        const PlaneView& v = pb.levels[l].view;
-        const int64_t entries = pb.num_positions() * v.planes;
-        const int64_t keys = v.planes * v.height * v.width;
-        sort_entries<V, S>(pb, geo, table, level, buf, entries, keys, stream);
-        sum_runs<S>(pb, buf, l, keys, stream);
-      }
+      sort_entries<V, S>(pb, geo, level_table<S>(pb, group), level, buf, entries, keys, stream);
+      sum_runs<S>(pb, buf, l, keys, stream);
     });
   });
 }
