@@ -53,8 +53,8 @@ def _backproject(projections, rotations, shifts, volume_shape):
 
 
 def _refuse_pose_gradients(ctx, op: str) -> None:
-    """The projectors differentiate the volume or stack only; a gradient asked of the pose is an
-    error rather than a silent None (issue 14: pose refinement has its own kernels)."""
+    """The projectors differentiate the volume or the stack only; a gradient asked of the pose
+    (not implemented) is an error naming the argument, never a silent None."""
     needs = _registry.needs_input_grad(ctx)
     for position, arg in ((1, "rotations"), (2, "shifts")):
         if needs[position]:

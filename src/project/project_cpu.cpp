@@ -54,10 +54,8 @@ void forward(const ProjectArgs& a) {
     const auto load = [&](int64_t offset) { return volume[offset]; };
     T* p = projections + m * out.strides[0] + i * out.strides[1];
     for (int64_t j = 0; j < width; ++j) {
-      int64_t first, last;
-      slice_range(g, i, j, vol.sizes, first, last);
-      p[j * out.strides[2]] =
-          ray_sum<T, int64_t>(g, i, j, first, last, vol.sizes[bi], vol.sizes[ci], sa, sb, sc, load);
+      p[j * out.strides[2]] = ray_sum<T, int64_t>(g, i, j, slice_range(g, i, j, vol.sizes),
+                                                  vol.sizes[bi], vol.sizes[ci], sa, sb, sc, load);
     }
   });
 }

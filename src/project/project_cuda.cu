@@ -108,11 +108,10 @@ __global__ void __launch_bounds__(kRayThreads, kRayMinBlocks)
         in_slice_axes(g.axis, b, c);
         const I sa = pick(vol.strides, g.axis), sb = pick(vol.strides, b);
         const I sc = pick(vol.strides, c);
-        int64_t first, last;
-        slice_range(g, i, j, a.volume.sizes, first, last);
-        value = ray_sum<T, I>(g, static_cast<I>(i), static_cast<I>(j), static_cast<I>(first),
-                              static_cast<I>(last), pick(vol.sizes, b), pick(vol.sizes, c), sa, sb,
-                              sc, [&](I offset) { return __ldg(volume + offset); });
+        value = ray_sum<T, I>(g, static_cast<I>(i), static_cast<I>(j),
+                              slice_range(g, i, j, a.volume.sizes), pick(vol.sizes, b),
+                              pick(vol.sizes, c), sa, sb, sc,
+                              [&](I offset) { return __ldg(volume + offset); });
       }
       projections[static_cast<I>(m) * out.strides[0] + static_cast<I>(i) * out.strides[1] +
                   static_cast<I>(j) * out.strides[2]] = value;

@@ -334,6 +334,21 @@ FF_HOST_DEVICE FF_FORCE_INLINE AxisTaps<T, I> axis_taps(T index, I n) {
   return taps;
 }
 
+/// axis_taps for an index known to lie in [0, n − 1] (a slice's interior, SliceRange): the lower
+/// corner is always taken, the upper one when its weight is not 0 (at index n − 1 it is), the
+/// same taps without the range tests.
+template <class T, class I>
+FF_HOST_DEVICE FF_FORCE_INLINE AxisTaps<T, I> interior_taps(T index) {
+  const LinearWeights<T> w = linear_weights(index);
+  AxisTaps<T, I> taps;
+  taps.i0 = static_cast<I>(w.i0);
+  taps.w0 = w.w0;
+  taps.w1 = w.w1;
+  taps.lower = true;
+  taps.upper = w.w1 != T(0);
+  return taps;
+}
+
 /// Whether axis_taps takes voxel v as a corner of a sample at `index`, and its weight, for an
 /// index already known to lie in (v − 1, v + 1) (so inside the axis): floor(index) is then v (the
 /// lower corner, weight w0 = 1 − f, never 0) or v − 1 (the upper corner, taken when w1 = f ≠ 0).
@@ -362,46 +377,80 @@ FF_HOST_DEVICE FF_FORCE_INLINE T bilinear(const AxisTaps<T, I>& tb, const AxisTa
          (tb.w1 * tc.w1) * v11;
 }
 
-/// Narrows [lo, hi] to the slices k where the map's value at pixel (i, j) may lie in
-/// (below, above) (one slice of slack each side); false when no slice can.
+/// The slices of one ray: [first, last] may have a corner (a superset: axis_taps decides), and
+/// the interior [inner_first, inner_last] ⊆ [first, last] has both indices in [0, N − 1], where
+/// every corner the interpolation takes lies inside the slice (a subset: no test needed).
+/// Empty ranges have first > last.
+struct SliceRange {
+  int64_t first, last;
+  int64_t inner_first, inner_last;
+};
+
+/// Narrows the outer [lo, hi] to the slices k where the map's value at pixel (i, j) may lie in
+/// (−1 − ε, N + ε), rounded outwards, and the inner [inner_lo, inner_hi] to those where it surely
+/// lies in [2ε + kInnerSlack, N − 1 − 2ε − kInnerSlack], rounded inwards (the affine value is
+/// evaluated here in float64, the computed index strays from it by at most ε). False when no
+/// slice can have a corner.
+constexpr double kInnerSlack = 1e-4;  // index units: far above float64's rounding of this sum
 template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE bool narrow_slices(const IndexMap<T>& m, double i, double j,
-                                                  double below, double above, double& lo,
-                                                  double& hi) {
+                                                  double size, double margin, double& lo,
+                                                  double& hi, double& inner_lo, double& inner_hi) {
   const double base =
       static_cast<double>(m.j) * j + static_cast<double>(m.i) * i + static_cast<double>(m.origin);
+  const double below = -1.0 - margin, above = size + margin;
+  const double inner_below = 2.0 * margin + kInnerSlack;
+  const double inner_above = size - 1.0 - inner_below;
   const double slope = static_cast<double>(m.k);
-  if (slope == 0.0) return base > below && base < above;  // every slice or none
-  const double t0 = (below - base) / slope, t1 = (above - base) / slope;
+  if (slope == 0.0) {  // every slice or none
+    if (!(base >= inner_below && base <= inner_above)) inner_hi = -1.0;
+    return base > below && base < above;
+  }
+  const double inverse = 1.0 / slope;
+  const double t0 = (below - base) * inverse, t1 = (above - base) * inverse;
   const double from = round_down(t0 < t1 ? t0 : t1), to = round_up(t0 < t1 ? t1 : t0);
   lo = from > lo ? from : lo;
   hi = to < hi ? to : hi;
+  // One slice of slack inwards too: the products above round, and the interior must not grow.
+  const double u0 = (inner_below - base) * inverse, u1 = (inner_above - base) * inverse;
+  const double inner_from = round_up(u0 < u1 ? u0 : u1) + 1.0;
+  const double inner_to = round_down(u0 < u1 ? u1 : u0) - 1.0;
+  inner_lo = inner_from > inner_lo ? inner_from : inner_lo;
+  inner_hi = inner_to < inner_hi ? inner_to : inner_hi;
   return true;
 }
 
-/// The slices [first, last] of axis a whose sample on pixel (i, j)'s ray may have a corner (a
-/// superset: the exact test is axis_taps'); empty (first > last) when none may. Evaluated in
-/// float64 with the margin of Note [back projection gather] and a slice of slack on each side.
+/// The SliceRange of pixel (i, j)'s ray, in float64 with the margin of Note [back projection
+/// gather]; an unusable pose has no slices.
 template <class T>
-FF_HOST_DEVICE void slice_range(const Geometry<T>& g, int64_t i, int64_t j, const int64_t sizes[3],
-                                int64_t& first, int64_t& last) {
+FF_HOST_DEVICE SliceRange slice_range(const Geometry<T>& g, int64_t i, int64_t j,
+                                      const int64_t sizes[3]) {
   double lo = 0.0, hi = static_cast<double>(sizes[g.axis]) - 1.0;
+  double inner_lo = lo, inner_hi = hi;
   int b, c;
   in_slice_axes(g.axis, b, c);
   const double row = static_cast<double>(i), column = static_cast<double>(j);
   const double margin = static_cast<double>(g.margin);
   const bool any = g.valid &&
-                   narrow_slices(g.b, row, column, -1.0 - margin,
-                                 static_cast<double>(sizes[b]) + margin, lo, hi) &&
-                   narrow_slices(g.c, row, column, -1.0 - margin,
-                                 static_cast<double>(sizes[c]) + margin, lo, hi);
-  if (!any || !(lo <= hi)) {
-    first = 0;
-    last = -1;
-    return;
+                   narrow_slices(g.b, row, column, static_cast<double>(sizes[b]), margin, lo, hi,
+                                 inner_lo, inner_hi) &&
+                   narrow_slices(g.c, row, column, static_cast<double>(sizes[c]), margin, lo, hi,
+                                 inner_lo, inner_hi);
+  SliceRange r{0, -1, 0, -1};
+  if (!any || !(lo <= hi)) return r;
+  r.first = static_cast<int64_t>(lo);  // within [0, N_a − 1] here
+  r.last = static_cast<int64_t>(hi);
+  // The interior, clamped into [first, last]; empty: placed after last.
+  if (inner_lo < lo) inner_lo = lo;
+  if (inner_hi > hi) inner_hi = hi;
+  if (inner_lo <= inner_hi) {
+    r.inner_first = static_cast<int64_t>(inner_lo);
+    r.inner_last = static_cast<int64_t>(inner_hi);
+  } else {
+    r.inner_first = r.last + 1;
+    r.inner_last = r.last;
   }
-  first = static_cast<int64_t>(lo);  // both within [0, N_a − 1] here
-  last = static_cast<int64_t>(hi);
+  return r;
 }
 
 /// x clamped into [0, top + 1] (a first index; NaN gives 0) and into [−1, top] (a last index; NaN
@@ -417,22 +466,22 @@ FF_HOST_DEVICE FF_FORCE_INLINE T last_in(T x, T top) {
 
 /// The candidate pixels [i_first, i_last] × [j_first, j_last] of voxel (k, ib, ic) (indices along
 /// a, b, c) in one projection (Note [back projection gather]); empty when first > last.
-template <class T>
+template <class T, class I>
 FF_HOST_DEVICE FF_FORCE_INLINE void candidate_box(const Geometry<T>& g, T k, T ib, T ic,
-                                                  int64_t height, int64_t width, int64_t& i_first,
-                                                  int64_t& i_last, int64_t& j_first,
-                                                  int64_t& j_last) {
+                                                  int64_t height, int64_t width, I& i_first,
+                                                  I& i_last, I& j_first, I& j_last) {
   const T cj =
       madd(g.centre_j.j, ib, madd(g.centre_j.i, ic, madd(g.centre_j.k, k, g.centre_j.origin)));
   const T ci =
       madd(g.centre_i.j, ib, madd(g.centre_i.i, ic, madd(g.centre_i.k, k, g.centre_i.origin)));
   // Clamped in T before the conversion, which an infinite reach or a huge centre must not reach;
-  // a NaN bound becomes the whole detector (a superset is always safe).
+  // a NaN bound becomes the whole detector (a superset is always safe). The results lie in
+  // [−1, width] and [−1, height], which the drivers' index type I holds.
   const T j_top = static_cast<T>(width - 1), i_top = static_cast<T>(height - 1);
-  j_first = static_cast<int64_t>(first_in(round_up(cj - g.reach_j), j_top));
-  j_last = static_cast<int64_t>(last_in(round_down(cj + g.reach_j), j_top));
-  i_first = static_cast<int64_t>(first_in(round_up(ci - g.reach_i), i_top));
-  i_last = static_cast<int64_t>(last_in(round_down(ci + g.reach_i), i_top));
+  j_first = static_cast<I>(first_in(round_up(cj - g.reach_j), j_top));
+  j_last = static_cast<I>(last_in(round_down(cj + g.reach_j), j_top));
+  i_first = static_cast<I>(first_in(round_up(ci - g.reach_i), i_top));
+  i_last = static_cast<I>(last_in(round_down(ci + g.reach_i), i_top));
 }
 
 /// A voxel's indices (k, ib, ic) along the axes (a, b, c) of a projection whose dominant axis is
@@ -444,20 +493,37 @@ FF_HOST_DEVICE FF_FORCE_INLINE void along_axes(int a, I z, I y, I x, I& k, I& ib
   ic = a == 2 ? y : x;
 }
 
-/// The forward projection of pixel (i, j): Δ·Σ_k bilinear over the slices [k_first, k_last]
-/// (slice_range) of a volume with sizes nb, nc and strides sa, sb, sc along a, b, c, read through
-/// `load(offset)`; I is the drivers' index type.
-template <class T, class I, class Load>
-FF_HOST_DEVICE FF_FORCE_INLINE T ray_sum(const Geometry<T>& g, I i, I j, I k_first, I k_last, I nb,
-                                         I nc, I sa, I sb, I sc, const Load& load) {
-  const T row = static_cast<T>(i), column = static_cast<T>(j);
-  T sum = T(0);
+/// Adds the slices [k_first, k_last] of pixel (row, column)'s ray to `sum`, in order, with the
+/// taps `taps_of(index, n)` (axis_taps, or interior_taps where the range allows).
+template <class T, class I, class Taps, class Load>
+FF_HOST_DEVICE FF_FORCE_INLINE void add_slices(const Geometry<T>& g, T row, T column, I k_first,
+                                               I k_last, I nb, I nc, I sa, I sb, I sc,
+                                               const Taps& taps_of, const Load& load, T& sum) {
   for (I k = k_first; k <= k_last; ++k) {
     const T slice = static_cast<T>(k);
-    const AxisTaps<T, I> tb = axis_taps(sample_index(g.b, column, row, slice), nb);
-    const AxisTaps<T, I> tc = axis_taps(sample_index(g.c, column, row, slice), nc);
+    const AxisTaps<T, I> tb = taps_of(sample_index(g.b, column, row, slice), nb);
+    const AxisTaps<T, I> tc = taps_of(sample_index(g.c, column, row, slice), nc);
     sum += bilinear(tb, tc, k * sa + tb.i0 * sb + tc.i0 * sc, sb, sc, load);
   }
+}
+
+/// The forward projection of pixel (i, j): Δ·Σ_k bilinear over the slices of `range`, of a
+/// volume with sizes nb, nc and strides sa, sb, sc along a, b, c, read through `load(offset)`;
+/// I is the drivers' index type. The interior slices take interior_taps, which give the same
+/// taps, so the sum is the same bits as with axis_taps throughout.
+template <class T, class I, class Load>
+FF_HOST_DEVICE FF_FORCE_INLINE T ray_sum(const Geometry<T>& g, I i, I j, const SliceRange& range,
+                                         I nb, I nc, I sa, I sb, I sc, const Load& load) {
+  const T row = static_cast<T>(i), column = static_cast<T>(j);
+  const auto outer = [](T index, I n) { return axis_taps<T, I>(index, n); };
+  const auto inner = [](T index, I) { return interior_taps<T, I>(index); };
+  const I first = static_cast<I>(range.first), last = static_cast<I>(range.last);
+  const I inner_first = static_cast<I>(range.inner_first);
+  const I inner_last = static_cast<I>(range.inner_last);
+  T sum = T(0);
+  add_slices(g, row, column, first, inner_first - 1, nb, nc, sa, sb, sc, outer, load, sum);
+  add_slices(g, row, column, inner_first, inner_last, nb, nc, sa, sb, sc, inner, load, sum);
+  add_slices(g, row, column, inner_last + 1, last, nb, nc, sa, sb, sc, outer, load, sum);
   return g.delta * sum;  // NaN for an unusable pose, whose rays have no slices
 }
 
@@ -468,7 +534,7 @@ template <class T, class I, class Load>
 FF_HOST_DEVICE FF_FORCE_INLINE T voxel_sum(const Geometry<T>& g, I k, I ib, I ic, int64_t height,
                                            int64_t width, const Load& load) {
   if (!g.valid) return g.delta;  // NaN: the pose poisons every voxel, as its forward every ray
-  int64_t i_first, i_last, j_first, j_last;
+  I i_first, i_last, j_first, j_last;
   const T slice = static_cast<T>(k);
   candidate_box(g, slice, static_cast<T>(ib), static_cast<T>(ic), height, width, i_first, i_last,
                 j_first, j_last);
@@ -479,10 +545,10 @@ FF_HOST_DEVICE FF_FORCE_INLINE T voxel_sum(const Geometry<T>& g, I k, I ib, I ic
   const T c_low = c_voxel - T(1), c_high = c_voxel + T(1);
   const T b_low = b_voxel - T(1), b_high = b_voxel + T(1);
   T sum = T(0);
-  for (I i = static_cast<I>(i_first); i <= static_cast<I>(i_last); ++i) {
+  for (I i = i_first; i <= i_last; ++i) {
     const T row = static_cast<T>(i);
     const T row_b = row_term(g.b, row, slice_b), row_c = row_term(g.c, row, slice_c);
-    for (I j = static_cast<I>(j_first); j <= static_cast<I>(j_last); ++j) {
+    for (I j = j_first; j <= j_last; ++j) {
       const T column = static_cast<T>(j);
       const T index_c = sample_index(g.c, column, row_c);
       if (!(index_c > c_low && index_c < c_high)) continue;

@@ -259,6 +259,14 @@ TEST(Project, LinearWeightsAndCornerRule) {
     t = pm::axis_taps(outside, int64_t{5});
     EXPECT_TRUE(!t.lower && !t.upper) << outside;
   }
+  // interior_taps gives axis_taps' taps everywhere in [0, n − 1], the ends included.
+  for (float index : {0.0f, 0.5f, 1.0f, std::nextafter(3.0f, 0.0f), 3.0f, 2.75f}) {
+    const pm::AxisTaps<float, int64_t> want = pm::axis_taps(index, int64_t{4});
+    const pm::AxisTaps<float, int64_t> got = pm::interior_taps<float, int64_t>(index);
+    EXPECT_TRUE(got.i0 == want.i0 && got.w0 == want.w0 && got.w1 == want.w1 &&
+                got.lower == want.lower && got.upper == want.upper)
+        << index;
+  }
   // The back projection's test agrees with the forward's corner rule on every index near a voxel,
   // integers and the floats just beside them included.
   for (int64_t n : {int64_t{1}, int64_t{4}}) {
