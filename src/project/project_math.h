@@ -66,6 +66,16 @@ namespace fieldfuse::detail::project {
 // would), so the box only has to be conservative, and it stays tight: a tilt about x searches 2 to
 // 3 rows by 3 columns per voxel and projection, where a fixed one-pixel margin would search 5 by 5.
 
+// Note [separable gather]
+// A tilt series about the detector's u or v axis (R = Rx(φ) or Ry(φ), with any shifts and sizes)
+// has index_b independent of the pixel column and index_c independent of the row: b_j = c_i = 0
+// exactly in T (R's zero entries make g_u of b and g_v of c exactly 0). Then the madd chains give
+// the same value on every row (c) or column (b), since 0·x + y = y (up to the sign of a zero,
+// which changes no weight), so the back
+// projection tests each candidate column once and each row only for the columns that pass,
+// instead of every (row, column) pair, and sums those terms columns first. The terms and weights
+// are the ones the general loop would take (only their order differs), so the matrix is the same.
+
 /// Float and double overloads, so nvcc and g++ both pick the type-exact function.
 FF_HOST_DEVICE FF_FORCE_INLINE float round_down(float x) { return floorf(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE double round_down(double x) { return floor(x); }
@@ -140,6 +150,7 @@ struct Geometry {
   T reach_j, reach_i;  ///< half-sizes of the box, margins included (infinite: every pixel)
   int32_t axis;        ///< a, the dominant axis (0 = z, 1 = y, 2 = x)
   bool valid;          ///< false: a non-finite pose; no sample has a corner, Δ is NaN
+  bool separable;      ///< b.j = 0 and c.i = 0 exactly (Note [separable gather])
 };
 
 /// One projection's pose, as read from rotations [n, 3, 3] (row-major R) and shifts [n, 2].
@@ -250,6 +261,7 @@ FF_HOST_DEVICE Geometry<T> make_geometry(const Pose& pose, const int64_t sizes[3
   }
   g.delta = static_cast<T>(delta);
   g.margin = static_cast<T>(margin);
+  g.separable = g.b.j == T(0) && g.c.i == T(0);
   // The candidate box of the back projection (Note [back projection gather]), from the map's
   // coefficients as rounded to T (the ones the indices are computed with).
   const double mbj = static_cast<double>(g.b.j), mbi = static_cast<double>(g.b.i);
@@ -528,8 +540,9 @@ FF_HOST_DEVICE FF_FORCE_INLINE T ray_sum(const Geometry<T>& g, I i, I j, const S
 }
 
 /// The back projection of one projection onto voxel (k, ib, ic) (indices along a, b, c):
-/// Δ·Σ (wb·wc)·P over the candidate pixels that have the voxel as a taken corner, rows then
-/// columns in order; `load(i, j)` reads the projection.
+/// Δ·Σ (wb·wc)·P over the candidate pixels that have the voxel as a taken corner, in a fixed
+/// order; `load(i, j)` reads the projection. Separable geometries take the loop of Note
+/// [separable gather].
 template <class T, class I, class Load>
 FF_HOST_DEVICE FF_FORCE_INLINE T voxel_sum(const Geometry<T>& g, I k, I ib, I ic, int64_t height,
                                            int64_t width, const Load& load) {
@@ -545,6 +558,27 @@ FF_HOST_DEVICE FF_FORCE_INLINE T voxel_sum(const Geometry<T>& g, I k, I ib, I ic
   const T c_low = c_voxel - T(1), c_high = c_voxel + T(1);
   const T b_low = b_voxel - T(1), b_high = b_voxel + T(1);
   T sum = T(0);
+  if (g.separable) {
+    // index_c is the same on every row, index_b on every column (Note [separable gather]): each
+    // column is tested once, then the rows of the columns that pass.
+    const T row_c = row_term(g.c, static_cast<T>(i_first), slice_c);
+    const T column_b = static_cast<T>(j_first);
+    for (I j = j_first; j <= j_last; ++j) {
+      const T index_c = sample_index(g.c, static_cast<T>(j), row_c);
+      T wc;
+      if (!(index_c > c_low && index_c < c_high) || !near_corner_weight(index_c, c_voxel, wc)) {
+        continue;
+      }
+      for (I i = i_first; i <= i_last; ++i) {
+        const T index_b = sample_index(g.b, column_b, row_term(g.b, static_cast<T>(i), slice_b));
+        T wb;
+        if (!(index_b > b_low && index_b < b_high)) continue;
+        const bool taken = near_corner_weight(index_b, b_voxel, wb);
+        sum += taken ? (wb * wc) * load(i, j) : T(0);  // + 0 leaves the sum as it is
+      }
+    }
+    return g.delta * sum;
+  }
   for (I i = i_first; i <= i_last; ++i) {
     const T row = static_cast<T>(i);
     const T row_b = row_term(g.b, row, slice_b), row_c = row_term(g.c, row, slice_c);

@@ -40,11 +40,20 @@ def _uniform(shape, lo, hi, rng, dtype=F64, device="cpu"):
     return (lo + (hi - lo) * torch.rand(shape, generator=rng, dtype=F64)).to(device, dtype)
 
 
-def _problem(rng, device, dtype, n=3, volume=(7, 11, 5), detector=(9, 13)):
-    """A volume, poses and a stack of matching shapes."""
+def _tilts(n, axis, rng, dtype=F64, device="cpu"):
+    """n tilts about a detector axis, over ±80° (both sides of 45°: two dominant axes)."""
+    angles = _uniform(n, -1.4, 1.4, rng)
+    return fieldfuse.tilt_rotations(angles, axis).to(device, dtype)
+
+
+def _problem(rng, device, dtype, n=3, volume=(7, 11, 5), detector=(9, 13), poses="general"):
+    """A volume, poses (general rotations, or tilts about x or y, which take the separable back
+    projection: Note [separable gather]) and a stack of matching shapes."""
+    rotations = (_rotations(n, rng, dtype, device) if poses == "general"
+                 else _tilts(n, poses[-1], rng, dtype, device))
     return {
         "volume": _uniform(volume, -1.0, 1.0, rng, dtype, device),
-        "rotations": _rotations(n, rng, dtype, device),
+        "rotations": rotations,
         "shifts": _uniform((n, 2), -0.3, 0.3, rng, dtype, device),
         "stack": _uniform((n, *detector), -1.0, 1.0, rng, dtype, device),
     }
@@ -62,10 +71,14 @@ def _tolerance(dtype, scale):
 # --- against the reference -------------------------------------------------------------------------
 
 
+POSES = ["general", "tilt-x", "tilt-y"]
+
+
+@pytest.mark.parametrize("poses", POSES)
 @pytest.mark.parametrize("shifts", [True, False], ids=["shifts", "no-shifts"])
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
-def test_matches_reference(device, dtype, shifts, rng):
-    x = _problem(rng, device, dtype, n=4)
+def test_matches_reference(device, dtype, shifts, poses, rng):
+    x = _problem(rng, device, dtype, n=4, poses=poses)
     s = x["shifts"] if shifts else None
     detector = tuple(x["stack"].shape[1:])
     out = fieldfuse.project(x["volume"], x["rotations"], s, detector_shape=detector)
@@ -95,11 +108,12 @@ SHAPES = [((7, 11, 5), (9, 13)), ((5, 6, 8), (6, 5)), ((12, 3, 9), (16, 11)),
           ((4, 9, 10), (3, 20)), ((9, 9, 9), (9, 9))]
 
 
+@pytest.mark.parametrize("poses", POSES)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
-def test_adjoint_identity(device, dtype, n, rng):
+def test_adjoint_identity(device, dtype, n, poses, rng):
     volume_shape, detector = SHAPES[n - 1]
-    x = _problem(rng, device, dtype, n, volume_shape, detector)
+    x = _problem(rng, device, dtype, n, volume_shape, detector, poses)
     ax = fieldfuse.project(x["volume"], x["rotations"], x["shifts"], detector_shape=detector)
     aty = fieldfuse.backproject(x["stack"], x["rotations"], x["shifts"], volume_shape=volume_shape)
     left = (ax.double() * x["stack"].double())
@@ -112,12 +126,13 @@ def test_adjoint_identity(device, dtype, n, rng):
     assert abs(left.sum().item() - right.sum().item()) <= rtol * scale
 
 
+@pytest.mark.parametrize("poses", POSES)
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
-def test_dense_matrices_are_transposes(device, dtype, rng):
+def test_dense_matrices_are_transposes(device, dtype, poses, rng):
     """A built column by column from unit volumes equals the transpose of A^T built row by row
     from unit stacks: the back projection gathers with the forward's very weights."""
-    volume_shape, detector, n = (3, 4, 2), (3, 5), 2
-    x = _problem(rng, device, dtype, n, volume_shape, detector)
+    volume_shape, detector, n = (3, 4, 2), (3, 5), 3
+    x = _problem(rng, device, dtype, n, volume_shape, detector, poses)
     voxels, pixels = math.prod(volume_shape), n * math.prod(detector)
     units = torch.eye(voxels, dtype=dtype, device=device).reshape(voxels, *volume_shape)
     a = torch.stack([fieldfuse.project(u, x["rotations"], x["shifts"], detector_shape=detector)
