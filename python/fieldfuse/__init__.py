@@ -21,6 +21,7 @@ from .kplanes_ops import (
     plane_tv,
 )
 from .mlp import mlp
+from .project import backproject, project
 from .render import (
     RenderOutput,
     line_integral,
@@ -36,6 +37,7 @@ from .tv import tv_iso_3d, tv_l1_3d, tv_sq_3d, tv_weighted_l1
 __version__ = _C.build_info()["version"]
 
 __all__ = [
+    "backproject",
     "build_info",
     "hash_grid",
     "hash_grid_num_params",
@@ -46,6 +48,7 @@ __all__ = [
     "mlp",
     "nn",
     "plane_tv",
+    "project",
     "RenderOutput",
     "line_integral",
     "parallel_beam_rays",

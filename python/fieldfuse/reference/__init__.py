@@ -5,6 +5,6 @@ They import nothing from the compiled extension, so they work without it; use th
 check a kernel or to prototype on a machine without a fieldfuse build.
 """
 
-from . import hash_grid, kplanes, mlp, render, tv
+from . import hash_grid, kplanes, mlp, project, render, tv
 
-__all__ = ["hash_grid", "kplanes", "mlp", "render", "tv"]
+__all__ = ["hash_grid", "kplanes", "mlp", "project", "render", "tv"]

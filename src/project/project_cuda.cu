@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA driver of the project family. Forward: one thread per detector pixel, a block being eight
+// warps on rows of 32 neighbouring pixels of one projection (32 rows, in four passes), the pose
+// turned into geometry once per block. Back projection: one thread per voxel, x fastest, a block a
+// 32 × 8 tile of one z slice, the geometry of 128 projections at a time computed into shared
+// memory. Both run the routines of project_math.h; nothing uses atomics, so every result is
+// deterministic.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+#include "core/cuda_launch.cuh"
+#include "project/project_drivers.h"
+#include "project/project_math.h"
+
+namespace fieldfuse::detail::project {
+namespace {
+
+constexpr int kWarp = 32;
+/// Forward: eight rows of 32 pixels per block (a warp reads neighbouring voxels of a slice row).
+constexpr int kRayRows = 8;
+constexpr int kRayThreads = kWarp * kRayRows;
+/// Forward: resident blocks per SM the register budget must allow (64 registers a thread). The
+/// slice loop waits on four gathers per sample and needs about 40 registers, so warps in flight
+/// should matter more than the ~100 bytes ptxas spills at this cap (sm_90), which the per-block
+/// and per-pixel set-up around the loop can absorb. A guess to be measured against 3 (80).
+constexpr int kRayMinBlocks = 4;
+/// Forward: passes of kRayRows rows a block makes over one projection, so the pose is turned into
+/// geometry (one thread, a few microseconds of float64 work while the block waits) once per
+/// 32 × 32 pixels rather than per 32 × 8.
+constexpr int kRayPasses = 4;
+/// Back projection: a 32 (x) × 8 (y) voxel tile per block.
+constexpr int kVoxelRows = 8;
+constexpr int kVoxelThreads = kWarp * kVoxelRows;
+/// Poses per shared-memory chunk of the back projection, one per thread of the first half of the
+/// block: the geometry costs a thread a few microseconds of float64 work while the block waits,
+/// so it is built for many projections at once (21 KiB of shared memory in float64).
+constexpr int kChunk = 128;
+
+/// Sizes and strides of a 3-D view in the kernels' index type I.
+template <class I>
+struct Layout {
+  I sizes[3];
+  I strides[3];
+};
+
+template <class I>
+Layout<I> layout_of(const Strided3& t) {
+  Layout<I> l;
+  for (int d = 0; d < 3; ++d) {
+    l.sizes[d] = static_cast<I>(t.sizes[d]);
+    l.strides[d] = static_cast<I>(t.strides[d]);
+  }
+  return l;
+}
+
+/// Whether every element offset of the view, and every size, fits int32: the kernels then index
+/// in 32 bits, which is the fast path (a 64-bit multiply is several instructions).
+bool fits_int32(const Strided3& t) {
+  double reach = 0.0;
+  for (int d = 0; d < 3; ++d) {
+    if (t.sizes[d] > INT32_MAX) return false;
+    if (t.sizes[d] > 0) {
+      reach += static_cast<double>(t.sizes[d] - 1) * std::fabs(static_cast<double>(t.strides[d]));
+    }
+  }
+  return reach <= static_cast<double>(INT32_MAX);
+}
+
+/// v[q] for an axis q known only at run time, without indexing an array dynamically (which would
+/// put it in local memory).
+template <class I>
+__device__ FF_FORCE_INLINE I pick(const I (&v)[3], int q) {
+  return q == 0 ? v[0] : (q == 1 ? v[1] : v[2]);
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(kRayThreads, kRayMinBlocks)
+    project_kernel(const __grid_constant__ ProjectArgs a, const Layout<I> vol, const Layout<I> out,
+                   int64_t row_tiles, int64_t blocks) {
+  __shared__ Geometry<T> shared;
+  const T* __restrict__ volume = static_cast<const T*>(a.volume.data);
+  T* __restrict__ projections = static_cast<T*>(a.projections.data);
+  const int64_t height = a.height(), width = a.width();
+  const bool empty_volume = vol.sizes[0] == 0 || vol.sizes[1] == 0 || vol.sizes[2] == 0;
+  // Projections vary fastest across blocks: the blocks resident together cover nearby poses of one
+  // detector patch, whose rays cross much the same voxels, so those stay in L2.
+  for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
+    const int64_t m = block % a.count, tile = block / a.count;
+    if (!empty_volume) {  // uniform over the block
+      __syncthreads();    // every thread is done with the previous block's geometry
+      if (threadIdx.x == 0) {
+        shared = make_geometry<T>(load_pose<T>(a, m), a.volume.sizes, height, width);
+      }
+      __syncthreads();
+    }
+    const int64_t j = (tile / row_tiles) * kWarp + threadIdx.x % kWarp;
+    // The block's rows in kRayPasses passes of kRayRows, one geometry for all of them.
+    for (int pass = 0; pass < kRayPasses; ++pass) {
+      const int64_t i = ((tile % row_tiles) * kRayPasses + pass) * kRayRows + threadIdx.x / kWarp;
+      if (i >= height || j >= width) continue;
+      T value = T(0);  // an empty volume integrates to 0
+      if (!empty_volume) {
+        const Geometry<T> g = shared;  // in registers for the slice loop
+        int b, c;
+        in_slice_axes(g.axis, b, c);
+        const I sa = pick(vol.strides, g.axis), sb = pick(vol.strides, b);
+        const I sc = pick(vol.strides, c);
+        value = ray_sum<T, I>(g, static_cast<I>(i), static_cast<I>(j),
+                              slice_range(g, i, j, a.volume.sizes), pick(vol.sizes, b),
+                              pick(vol.sizes, c), sa, sb, sc,
+                              [&](I offset) { return __ldg(volume + offset); });
+      }
+      projections[static_cast<I>(m) * out.strides[0] + static_cast<I>(i) * out.strides[1] +
+                  static_cast<I>(j) * out.strides[2]] = value;
+    }
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(kVoxelThreads, 4)
+    backproject_kernel(const __grid_constant__ ProjectArgs a, const Layout<I> vol,
+                       const Layout<I> in, int64_t x_tiles, int64_t y_tiles, int64_t blocks) {
+  __shared__ Geometry<T> shared[kChunk];
+  const T* __restrict__ projections = static_cast<const T*>(a.projections.data);
+  T* __restrict__ volume = static_cast<T*>(a.volume.data);
+  const int64_t height = a.height(), width = a.width();
+  // No pixel to spread (an empty detector): every voxel is 0, and no geometry is needed.
+  const int64_t count = height == 0 || width == 0 ? 0 : a.count;
+  // x tiles vary fastest: resident blocks cover neighbouring voxels, which read neighbouring
+  // pixels of the same projection at about the same time.
+  for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
+    const int64_t x = (block % x_tiles) * kWarp + threadIdx.x % kWarp;
+    const int64_t rest = block / x_tiles;
+    const int64_t y = (rest % y_tiles) * kVoxelRows + threadIdx.x / kWarp;
+    const int64_t z = rest / y_tiles;
+    const bool inside = y < vol.sizes[1] && x < vol.sizes[2];
+    T total = T(0);
+    for (int64_t first = 0; first < count; first += kChunk) {
+      const int chunk = count - first < kChunk ? static_cast<int>(count - first) : kChunk;
+      __syncthreads();  // every thread is done with the previous chunk
+      if (static_cast<int>(threadIdx.x) < chunk) {
+        shared[threadIdx.x] =
+            make_geometry<T>(load_pose<T>(a, first + threadIdx.x), a.volume.sizes, height, width);
+      }
+      __syncthreads();
+      if (!inside) continue;
+      for (int e = 0; e < chunk; ++e) {  // projections in order m = 0 … n − 1
+        const Geometry<T>& g = shared[e];
+        I k, ib, ic;
+        along_axes<I>(g.axis, static_cast<I>(z), static_cast<I>(y), static_cast<I>(x), k, ib, ic);
+        const T* p = projections + static_cast<I>(first + e) * in.strides[0];
+        total += voxel_sum<T, I>(g, k, ib, ic, height, width, [&](I i, I j) {
+          return __ldg(p + (i * in.strides[1] + j * in.strides[2]));
+        });
+      }
+    }
+    if (inside) {
+      volume[static_cast<I>(z) * vol.strides[0] + static_cast<I>(y) * vol.strides[1] +
+             static_cast<I>(x) * vol.strides[2]] = total;
+    }
+  }
+}
+
+/// Blocks to launch for `blocks` tiles: all of them up to CUDA's grid limit, the kernels' block
+/// loops cover the rest.
+unsigned grid_for(int64_t blocks) {
+  return static_cast<unsigned>(blocks < cuda::kMaxGridX ? blocks : cuda::kMaxGridX);
+}
+
+/// Calls f(TypeTag<T>{}, TypeTag<I>{}) for the dtype and the narrowest index type that holds
+/// every offset of both views.
+template <class F>
+void dispatch(const ProjectArgs& a, const F& f) {
+  detail::dispatch_float_types(a.op, a.dtype, [&](auto tag) {
+    if (fits_int32(a.volume) && fits_int32(a.projections)) {
+      f(tag, TypeTag<int32_t>{});
+    } else {
+      f(tag, TypeTag<int64_t>{});
+    }
+  });
+}
+
+}  // namespace
+
+void project_forward_cuda(const ProjectArgs& a) {
+  const int64_t height = a.height(), width = a.width();
+  if (a.count == 0 || height == 0 || width == 0) return;
+  cuda::ProfileRange range(a.op);
+  cuda::DeviceGuard guard(a.device.index, a.op);
+  const auto stream = static_cast<cudaStream_t>(a.stream.handle);
+  const int64_t row_tiles = cuda::ceil_div(height, kRayRows * kRayPasses);
+  const int64_t blocks = a.count * row_tiles * cuda::ceil_div(width, kWarp);
+  dispatch(a, [&](auto type, auto index) {
+    using T = typename decltype(type)::type;
+    using I = typename decltype(index)::type;
+    project_kernel<T, I><<<grid_for(blocks), kRayThreads, 0, stream>>>(
+        a, layout_of<I>(a.volume), layout_of<I>(a.projections), row_tiles, blocks);
+    cuda::check_launch(a.op, "project_kernel", stream);
+  });
+}
+
+void backproject_forward_cuda(const ProjectArgs& a) {
+  const Strided3& v = a.volume;
+  if (v.sizes[0] == 0 || v.sizes[1] == 0 || v.sizes[2] == 0) return;
+  cuda::ProfileRange range(a.op);
+  cuda::DeviceGuard guard(a.device.index, a.op);
+  const auto stream = static_cast<cudaStream_t>(a.stream.handle);
+  const int64_t x_tiles = cuda::ceil_div(v.sizes[2], kWarp);
+  const int64_t y_tiles = cuda::ceil_div(v.sizes[1], kVoxelRows);
+  const int64_t blocks = v.sizes[0] * y_tiles * x_tiles;
+  dispatch(a, [&](auto type, auto index) {
+    using T = typename decltype(type)::type;
+    using I = typename decltype(index)::type;
+    backproject_kernel<T, I><<<grid_for(blocks), kVoxelThreads, 0, stream>>>(
+        a, layout_of<I>(a.volume), layout_of<I>(a.projections), x_tiles, y_tiles, blocks);
+    cuda::check_launch(a.op, "backproject_kernel", stream);
+  });
+}
+
+}  // namespace fieldfuse::detail::project
