@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA driver of the project family. Forward: one thread per detector pixel, a block being eight
 // warps on rows of 32 neighbouring pixels of one projection (32 rows, in four passes), the pose
-// turned into geometry once per block. Back projection: one thread per voxel, x fastest, a block a
-// 32 × 8 tile of one z slice, the geometry of 128 projections at a time computed into shared
-// memory. Both run the routines of project_math.h; nothing uses atomics, so every result is
-// deterministic.
+// turned into geometry once per block. Back projection: a block is a 32 (x) × 8 (y) × 8 (z) voxel
+// tile, a thread the eight y voxels of one (x, z); the geometry of 128 projections at a time is
+// computed into shared memory, and for tilt series (Note [corner runs]) the row and column runs of
+// a few projections at a time. Both run the routines of project_math.h; nothing uses atomics, so
+// every result is deterministic.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -31,13 +32,29 @@ constexpr int kRayMinBlocks = 4;
 /// geometry (one thread, a few microseconds of float64 work while the block waits) once per
 /// 32 × 32 pixels rather than per 32 × 8.
 constexpr int kRayPasses = 4;
-/// Back projection: a 32 (x) × 8 (y) voxel tile per block.
-constexpr int kVoxelRows = 8;
+/// Back projection: a 32 (x) × 8 (y) × 8 (z) voxel tile per block, a warp per z, each thread the
+/// eight y voxels of its x (Note [corner runs]: a row run serves a warp, a column run a thread's
+/// eight voxels).
+constexpr int kVoxelRows = 8;  ///< warps, one z each
+constexpr int kTileRows = 8;   ///< y voxels of a thread
 constexpr int kVoxelThreads = kWarp * kVoxelRows;
+/// Back projection: resident blocks per SM (64 registers a thread; the shared memory, 31 KiB in
+/// float32, 45 KiB in float64, allows 7 or 5).
+constexpr int kVoxelMinBlocks = 4;
 /// Poses per shared-memory chunk of the back projection, one per thread of the first half of the
 /// block: the geometry costs a thread a few microseconds of float64 work while the block waits,
 /// so it is built for many projections at once (21 KiB of shared memory in float64).
 constexpr int kChunk = 128;
+/// Projections per chunk of corner runs: as many as keep the block's static shared memory (the
+/// chunk's geometry and the runs of 8 × 8 rows and 32 columns a projection) under 46 KiB: 17 in
+/// float32, 8 in float64 with 32-bit indices.
+template <class T, class I>
+struct RunChunk {
+  static constexpr int value =
+      static_cast<int>((46 * 1024 - sizeof(Geometry<T>) * kChunk) /
+                       (sizeof(CornerRun<T, I>) * (kVoxelRows * kTileRows + kWarp)));
+  static_assert(value >= 1, "no room for corner runs");
+};
 
 /// Sizes and strides of a 3-D view in the kernels' index type I.
 template <class I>
@@ -119,25 +136,49 @@ __global__ void __launch_bounds__(kRayThreads, kRayMinBlocks)
   }
 }
 
+/// The general back projection of one projection onto one voxel, out of line: the kernel calls it
+/// for each of its eight voxels, and eight inlined copies of voxel_sum's loops would only grow the
+/// code of a path that tilt series do not take.
 template <class T, class I>
-__global__ void __launch_bounds__(kVoxelThreads, 4)
+__device__ __noinline__ T general_voxel_sum(const Geometry<T>& g, I k, I ib, I ic, int64_t height,
+                                            int64_t width, const T* p, I row_stride,
+                                            I column_stride) {
+  return voxel_sum<T, I>(g, k, ib, ic, height, width,
+                         [&](I i, I j) { return __ldg(p + (i * row_stride + j * column_stride)); });
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(kVoxelThreads, kVoxelMinBlocks)
     backproject_kernel(const __grid_constant__ ProjectArgs a, const Layout<I> vol,
                        const Layout<I> in, int64_t x_tiles, int64_t y_tiles, int64_t blocks) {
+  constexpr int kRuns = RunChunk<T, I>::value;
   __shared__ Geometry<T> shared[kChunk];
+  // Note [corner runs]: the row runs of the block's 8 × 8 (z, y) voxels and the column runs of its
+  // 32 x voxels, for kRuns projections at a time.
+  __shared__ CornerRun<T, I> row_runs[kRuns][kVoxelRows][kTileRows];
+  __shared__ CornerRun<T, I> column_runs[kRuns][kWarp];
   const T* __restrict__ projections = static_cast<const T*>(a.projections.data);
   T* __restrict__ volume = static_cast<T*>(a.volume.data);
   const int64_t height = a.height(), width = a.width();
   // No pixel to spread (an empty detector): every voxel is 0, and no geometry is needed.
   const int64_t count = height == 0 || width == 0 ? 0 : a.count;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp,
+            warp = static_cast<int>(threadIdx.x) / kWarp;
   // x tiles vary fastest: resident blocks cover neighbouring voxels, which read neighbouring
   // pixels of the same projection at about the same time.
   for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
-    const int64_t x = (block % x_tiles) * kWarp + threadIdx.x % kWarp;
+    const int64_t x0 = (block % x_tiles) * kWarp;
     const int64_t rest = block / x_tiles;
-    const int64_t y = (rest % y_tiles) * kVoxelRows + threadIdx.x / kWarp;
-    const int64_t z = rest / y_tiles;
-    const bool inside = y < vol.sizes[1] && x < vol.sizes[2];
-    T total = T(0);
+    const int64_t y0 = (rest % y_tiles) * kTileRows;
+    const int64_t z = (rest / y_tiles) * kVoxelRows + warp;
+    const int64_t x = x0 + lane;
+    const bool x_inside = x < vol.sizes[2];
+    const bool z_inside = z < vol.sizes[0];  // uniform over the warp
+    // The thread's y voxels inside the volume, as an int for cheap uniform tests.
+    const int rows =
+        vol.sizes[1] - y0 < kTileRows ? static_cast<int>(vol.sizes[1] - y0) : kTileRows;
+    T total[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) total[r] = T(0);
     for (int64_t first = 0; first < count; first += kChunk) {
       const int chunk = count - first < kChunk ? static_cast<int>(count - first) : kChunk;
       __syncthreads();  // every thread is done with the previous chunk
@@ -145,21 +186,67 @@ __global__ void __launch_bounds__(kVoxelThreads, 4)
         shared[threadIdx.x] =
             make_geometry<T>(load_pose<T>(a, first + threadIdx.x), a.volume.sizes, height, width);
       }
-      __syncthreads();
-      if (!inside) continue;
-      for (int e = 0; e < chunk; ++e) {  // projections in order m = 0 … n − 1
-        const Geometry<T>& g = shared[e];
-        I k, ib, ic;
-        along_axes<I>(g.axis, static_cast<I>(z), static_cast<I>(y), static_cast<I>(x), k, ib, ic);
-        const T* p = projections + static_cast<I>(first + e) * in.strides[0];
-        total += voxel_sum<T, I>(g, k, ib, ic, height, width, [&](I i, I j) {
-          return __ldg(p + (i * in.strides[1] + j * in.strides[2]));
-        });
+      for (int sub = 0; sub < chunk; sub += kRuns) {
+        __syncthreads();  // the geometry is written, the previous runs are used
+        // The runs of this sub-chunk's `runs` projections, shared out over the block's threads.
+        for (int t = static_cast<int>(threadIdx.x); t < kRuns * (kVoxelRows * kTileRows + kWarp);
+             t += kVoxelThreads) {
+          const int e = t % kRuns, item = t / kRuns;
+          if (sub + e >= chunk) continue;
+          const Geometry<T>& g = shared[sub + e];
+          if (!g.runs) continue;
+          if (item < kVoxelRows * kTileRows) {
+            const int w = item / kTileRows, r = item % kTileRows;
+            I k, ib, ic;
+            along_axes<I>(g.axis, static_cast<I>((rest / y_tiles) * kVoxelRows + w),
+                          static_cast<I>(y0 + r), I(0), k, ib, ic);
+            row_runs[e][w][r] = row_run<T, I>(g, static_cast<T>(k), static_cast<T>(ib), height);
+          } else {
+            const int l = item - kVoxelRows * kTileRows;
+            column_runs[e][l] = column_run<T, I>(g, static_cast<T>(x0 + l), width);
+          }
+        }
+        __syncthreads();
+        if (!z_inside || !x_inside) continue;
+        const int last = chunk - sub < kRuns ? chunk - sub : kRuns;
+        for (int e = 0; e < last; ++e) {  // projections in order m = 0 … n − 1
+          const Geometry<T>& g = shared[sub + e];
+          const T* p = projections + static_cast<I>(first + sub + e) * in.strides[0];
+          if (g.runs) {  // uniform over the block: Note [tilt path]
+            const CornerRun<T, I> columns = column_runs[e][lane];
+            const T delta = g.delta;
+            const auto load = [&](I i, I j) {
+              return __ldg(p + (i * in.strides[1] + j * in.strides[2]));
+            };
+#pragma unroll
+            for (int r = 0; r < kTileRows; ++r) {
+              if (r < rows) {
+                total[r] += delta * run_sum(row_runs[e][warp][r], columns, load);
+              }
+            }
+          } else {
+#pragma unroll
+            for (int r = 0; r < kTileRows; ++r) {
+              if (r < rows) {
+                I k, ib, ic;
+                along_axes<I>(g.axis, static_cast<I>(z), static_cast<I>(y0 + r), static_cast<I>(x),
+                              k, ib, ic);
+                total[r] += general_voxel_sum<T, I>(g, k, ib, ic, height, width, p, in.strides[1],
+                                                    in.strides[2]);
+              }
+            }
+          }
+        }
       }
     }
-    if (inside) {
-      volume[static_cast<I>(z) * vol.strides[0] + static_cast<I>(y) * vol.strides[1] +
-             static_cast<I>(x) * vol.strides[2]] = total;
+    if (z_inside && x_inside) {
+#pragma unroll
+      for (int r = 0; r < kTileRows; ++r) {
+        if (r < rows) {
+          volume[static_cast<I>(z) * vol.strides[0] + static_cast<I>(y0 + r) * vol.strides[1] +
+                 static_cast<I>(x) * vol.strides[2]] = total[r];
+        }
+      }
     }
   }
 }
@@ -175,7 +262,11 @@ unsigned grid_for(int64_t blocks) {
 template <class F>
 void dispatch(const ProjectArgs& a, const F& f) {
   detail::dispatch_float_types(a.op, a.dtype, [&](auto tag) {
-    if (fits_int32(a.volume) && fits_int32(a.projections)) {
+    // 32-bit indices also floor with full-rate instructions, which needs every volume size below
+    // kFastFloorLimit (Note [integer floors]).
+    const bool small = a.volume.sizes[0] < kFastFloorLimit && a.volume.sizes[1] < kFastFloorLimit &&
+                       a.volume.sizes[2] < kFastFloorLimit;
+    if (small && fits_int32(a.volume) && fits_int32(a.projections)) {
       f(tag, TypeTag<int32_t>{});
     } else {
       f(tag, TypeTag<int64_t>{});
@@ -209,8 +300,8 @@ void backproject_forward_cuda(const ProjectArgs& a) {
   cuda::DeviceGuard guard(a.device.index, a.op);
   const auto stream = static_cast<cudaStream_t>(a.stream.handle);
   const int64_t x_tiles = cuda::ceil_div(v.sizes[2], kWarp);
-  const int64_t y_tiles = cuda::ceil_div(v.sizes[1], kVoxelRows);
-  const int64_t blocks = v.sizes[0] * y_tiles * x_tiles;
+  const int64_t y_tiles = cuda::ceil_div(v.sizes[1], kTileRows);
+  const int64_t blocks = cuda::ceil_div(v.sizes[0], kVoxelRows) * y_tiles * x_tiles;
   dispatch(a, [&](auto type, auto index) {
     using T = typename decltype(type)::type;
     using I = typename decltype(index)::type;

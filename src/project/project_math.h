@@ -76,11 +76,81 @@ namespace fieldfuse::detail::project {
 // instead of every (row, column) pair, and sums those terms columns first. The terms and weights
 // are the ones the general loop would take (only their order differs), so the matrix is the same.
 
+// Note [tilt path]
+// A tilt series about the detector's u axis, R = Rx(φ) (the tomography case; any shifts, sizes
+// and detector shape), has d = (0, −sin φ, cos φ), so its dominant axis is z or y and c = x, and
+// the x index depends on the pixel column only: c.i = c.k = 0 and b.j = 0 exactly in T (R's zero
+// entries make those g's exactly 0). make_geometry flags such a projection `tilt`. Because
+// madd(±0, t, y) = y for finite t (up to the sign of a zero, which changes no weight or tap), the
+// forward's chains then give index_c = madd(c.j, j, c.origin) on every slice and index_b =
+// madd(b.i, i, madd(b.k, k, b.origin)) on every column, bit for bit; so the forward takes the x
+// taps once per ray (ray_sum), and skips the loads of an upper x corner the ray does not take (an
+// aligned detector, W = Wd and s_u = 0, samples x at integers: two loads a sample, not four).
+// The poses live on the device, so the host cannot pick a kernel per pose without a copy back (a
+// synchronisation that CUDA graphs forbid): each driver tests these flags per projection, which is
+// uniform over a CUDA block, and ray_sum and voxel_sum are the one place that chooses.
+//
+// Note [corner runs]
+// In a tilt projection the back projection separates completely: the rows whose sample has voxel
+// (k, ib) as a corner depend on (k, ib) only, the columns that have ic as a corner on ic only. As
+// the index is monotone in the pixel (an FMA of an exact product rounds monotonically), each set
+// is one run of consecutive pixels. When the candidate boxes hold at most three pixels per axis
+// (reach ≤ kRunReach: detectors at most about 1.25 times finer than the volume; `runs`), each run
+// is found by testing the box's pixels with the forward's index and corner rule (corner_run), and
+// the voxel's value is Σ over rows, then columns, of (wb·wc)·P: the very terms, weights and order
+// of the general loop, so the sum is the same bits. The CUDA back projection computes each row
+// run once per block and projection (shared by 32 x voxels), each column run once per block and
+// projection (shared by 64 (z, y) voxels), and spends the rest on the terms.
+//
+// Note [integer floors]
+// floor_to gives floor(x) as T and as the index type. On the device with 32-bit indices it adds
+// 1.5·2^23 (1.5·2^52 in float64) rounding down, which leaves floor(x) in the low mantissa bits:
+// three full-rate instructions instead of a rounding and a float-to-int conversion, which run at
+// an eighth of the FMA rate on sm_90 and bounded the forward's slice loop. The value is the same
+// exact floor, so the weights are unchanged (CPU and CUDA, forward and back); it needs |x| below
+// 2^22 in float32, which the CUDA driver guarantees by taking 32-bit indices only for volumes
+// below 2^22 voxels per axis (every floored index lies in (−1, N)).
+
 /// Float and double overloads, so nvcc and g++ both pick the type-exact function.
 FF_HOST_DEVICE FF_FORCE_INLINE float round_down(float x) { return floorf(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE double round_down(double x) { return floor(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE float round_up(float x) { return ceilf(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE double round_up(double x) { return ceil(x); }
+
+/// floor(x) as T, and in `i` as the drivers' index type I (Note [integer floors]): the rounding
+/// and a conversion, everywhere but on the device with 32-bit indices.
+template <class T, class I>
+FF_HOST_DEVICE FF_FORCE_INLINE T floor_to(T x, I& i) {
+  const T f = round_down(x);
+  i = static_cast<I>(f);
+  return f;
+}
+/// The int32 path: |x| < kFastFloorLimit (float) or 2^31 (double), which the drivers guarantee
+/// when they pick 32-bit indices.
+constexpr int64_t kFastFloorLimit = int64_t{1} << 22;
+FF_HOST_DEVICE FF_FORCE_INLINE float floor_to(float x, int32_t& i) {
+#if defined(__CUDA_ARCH__)
+  // 1.5·2^23 + x lies in [2^23, 2^24), where the spacing is 1, so rounding the sum down gives
+  // 1.5·2^23 + floor(x) exactly, with floor(x) in the low mantissa bits; the difference is exact.
+  const float magic = 12582912.0f;
+  const float t = __fadd_rd(x, magic);
+  i = __float_as_int(t) - __float_as_int(magic);
+  return t - magic;
+#else
+  return floor_to<float, int32_t>(x, i);
+#endif
+}
+FF_HOST_DEVICE FF_FORCE_INLINE double floor_to(double x, int32_t& i) {
+#if defined(__CUDA_ARCH__)
+  // As above with 1.5·2^52, whose low 32 mantissa bits are 0: they hold floor(x) mod 2^32.
+  const double magic = 6755399441055744.0;
+  const double t = __dadd_rd(x, magic);
+  i = __double2loint(t);
+  return t - magic;
+#else
+  return floor_to<double, int32_t>(x, i);
+#endif
+}
 
 /// a·b + c as the index maps evaluate it (Note [bit-identical weights]).
 FF_HOST_DEVICE FF_FORCE_INLINE float madd(float a, float b, float c) {
@@ -151,7 +221,13 @@ struct Geometry {
   int32_t axis;        ///< a, the dominant axis (0 = z, 1 = y, 2 = x)
   bool valid;          ///< false: a non-finite pose; no sample has a corner, Δ is NaN
   bool separable;      ///< b.j = 0 and c.i = 0 exactly (Note [separable gather])
+  bool tilt;           ///< c = x, c.i = c.k = 0 and b.j = 0 exactly (Note [tilt path])
+  bool runs;           ///< tilt, with boxes of at most 3 rows and columns (Note [corner runs])
 };
+
+/// The largest box half-size of the corner runs (Note [corner runs]): a box [⌈c − r⌉, ⌊c + r⌋]
+/// holds at most ⌊2r⌋ + 1 pixels, so r ≤ 1.25 leaves three with room for the rounding of c ± r.
+constexpr double kRunReach = 1.25;
 
 /// One projection's pose, as read from rotations [n, 3, 3] (row-major R) and shifts [n, 2].
 struct Pose {
@@ -262,6 +338,7 @@ FF_HOST_DEVICE Geometry<T> make_geometry(const Pose& pose, const int64_t sizes[3
   g.delta = static_cast<T>(delta);
   g.margin = static_cast<T>(margin);
   g.separable = g.b.j == T(0) && g.c.i == T(0);
+  g.tilt = a != 2 && g.separable && g.c.k == T(0);
   // The candidate box of the back projection (Note [back projection gather]), from the map's
   // coefficients as rounded to T (the ones the indices are computed with).
   const double mbj = static_cast<double>(g.b.j), mbi = static_cast<double>(g.b.i);
@@ -283,6 +360,7 @@ FF_HOST_DEVICE Geometry<T> make_geometry(const Pose& pose, const int64_t sizes[3
     g.centre_j = g.centre_i = IndexMap<T>{};
     g.reach_j = g.reach_i = infinite;
   }
+  g.runs = g.tilt && g.reach_i <= kRunReach && g.reach_j <= kRunReach;
   return g;
 }
 
@@ -306,18 +384,25 @@ FF_HOST_DEVICE FF_FORCE_INLINE T sample_index(const IndexMap<T>& m, T j, T i, T 
 }
 
 /// Linear interpolation weights at a continuous index: corners i0 = floor(index) and i0 + 1.
-template <class T>
+template <class T, class I = T>
 struct LinearWeights {
-  T i0;  ///< floor(index), as T (exact)
+  I i0;  ///< floor(index), as I (exact)
   T w0;  ///< 1 − f, the weight of i0
   T w1;  ///< f = index − floor(index), the weight of i0 + 1
 };
 
+/// The weights (1 − f, f) of an index whose floor is `lower` (a T holding floor(index)).
 template <class T>
-FF_HOST_DEVICE FF_FORCE_INLINE LinearWeights<T> linear_weights(T index) {
-  const T i0 = round_down(index);
-  const T f = index - i0;  // exact: index and its floor share their leading bits
-  return {i0, T(1) - f, f};
+FF_HOST_DEVICE FF_FORCE_INLINE void weights_at(T index, T lower, T& w0, T& w1) {
+  w1 = index - lower;  // f, exact: index and its floor share their leading bits
+  w0 = T(1) - w1;
+}
+
+template <class T, class I = T>
+FF_HOST_DEVICE FF_FORCE_INLINE LinearWeights<T, I> linear_weights(T index) {
+  LinearWeights<T, I> w;
+  weights_at(index, floor_to(index, w.i0), w.w0, w.w1);
+  return w;
 }
 
 /// The corners of one sample along an axis of n voxels that the interpolation takes (Note
@@ -336,9 +421,9 @@ FF_HOST_DEVICE FF_FORCE_INLINE AxisTaps<T, I> axis_taps(T index, I n) {
   // takes neither corner (its lower one is outside, its upper one has weight 0) and converts
   // safely; a select rather than a branch, so the forward's slice loop stays branch-free.
   const bool inside = index > T(-1) && index < static_cast<T>(n);
-  const LinearWeights<T> w = linear_weights(inside ? index : T(-1));
+  const LinearWeights<T, I> w = linear_weights<T, I>(inside ? index : T(-1));
   AxisTaps<T, I> taps;
-  taps.i0 = static_cast<I>(w.i0);  // in [−1, n − 1]
+  taps.i0 = w.i0;  // in [−1, n − 1]
   taps.w0 = w.w0;
   taps.w1 = w.w1;
   taps.lower = taps.i0 >= 0;
@@ -351,9 +436,9 @@ FF_HOST_DEVICE FF_FORCE_INLINE AxisTaps<T, I> axis_taps(T index, I n) {
 /// same taps without the range tests.
 template <class T, class I>
 FF_HOST_DEVICE FF_FORCE_INLINE AxisTaps<T, I> interior_taps(T index) {
-  const LinearWeights<T> w = linear_weights(index);
+  const LinearWeights<T, I> w = linear_weights<T, I>(index);
   AxisTaps<T, I> taps;
-  taps.i0 = static_cast<I>(w.i0);
+  taps.i0 = w.i0;
   taps.w0 = w.w0;
   taps.w1 = w.w1;
   taps.lower = true;
@@ -367,10 +452,13 @@ FF_HOST_DEVICE FF_FORCE_INLINE AxisTaps<T, I> interior_taps(T index) {
 /// The back projection's test of a candidate pixel, branch-free.
 template <class T>
 FF_HOST_DEVICE FF_FORCE_INLINE bool near_corner_weight(T index, T v, T& weight) {
-  const LinearWeights<T> w = linear_weights(index);
-  const bool lower = w.i0 == v;
-  weight = lower ? w.w0 : w.w1;
-  return lower || w.w1 != T(0);
+  // In (v − 1, v + 1) the floor is v exactly when index >= v, so no rounding instruction is
+  // needed: the same weights_at as linear_weights, on the same floor.
+  const bool lower = index >= v;
+  T w0, w1;
+  weights_at(index, lower ? v : v - T(1), w0, w1);
+  weight = lower ? w0 : w1;
+  return lower || w1 != T(0);
 }
 
 /// The bilinear interpolation of one slice at a sample: Σ (wb·wc)·value over the corners,
@@ -378,9 +466,16 @@ FF_HOST_DEVICE FF_FORCE_INLINE bool near_corner_weight(T index, T v, T& weight) 
 /// c), a corner not taken counting as 0 (it is never read, so a NaN there stays out). `load(o)`
 /// reads the slice element at offset o, `corner` is the offset of (i0b, i0c) (−1 indices
 /// included: it is only a base for the taken corners), `sb`, `sc` the strides along b and c.
-template <class T, class I, class Load>
+template <bool kUpperC = true, class T, class I, class Load>
 FF_HOST_DEVICE FF_FORCE_INLINE T bilinear(const AxisTaps<T, I>& tb, const AxisTaps<T, I>& tc,
                                           I corner, I sb, I sc, const Load& load) {
+  if constexpr (!kUpperC) {
+    // tc.upper is false (the caller knows): the two terms of the upper c corner would add +0,
+    // which changes nothing but the sign of a zero sum, so they are left out with their loads.
+    const T u00 = tb.lower && tc.lower ? load(corner) : T(0);
+    const T u10 = tb.upper && tc.lower ? load(corner + sb) : T(0);
+    return (tb.w0 * tc.w0) * u00 + (tb.w1 * tc.w0) * u10;
+  }
   const T v00 = tb.lower && tc.lower ? load(corner) : T(0);
   const T v01 = tb.lower && tc.upper ? load(corner + sc) : T(0);
   const T v10 = tb.upper && tc.lower ? load(corner + sb) : T(0);
@@ -476,6 +571,18 @@ FF_HOST_DEVICE FF_FORCE_INLINE T last_in(T x, T top) {
   return x < top ? (x >= T(0) ? x : T(-1)) : top;
 }
 
+/// The candidate pixels [first, last] along one detector axis of `size` pixels, for a box centre
+/// and reach (Note [back projection gather]); empty when first > last.
+template <class T, class I>
+FF_HOST_DEVICE FF_FORCE_INLINE void box_range(T centre, T reach, int64_t size, I& first, I& last) {
+  // Clamped in T before the conversion, which an infinite reach or a huge centre must not reach;
+  // a NaN bound becomes the whole detector (a superset is always safe). The results lie in
+  // [−1, size], which the drivers' index type I holds.
+  const T top = static_cast<T>(size - 1);
+  first = static_cast<I>(first_in(round_up(centre - reach), top));
+  last = static_cast<I>(last_in(round_down(centre + reach), top));
+}
+
 /// The candidate pixels [i_first, i_last] × [j_first, j_last] of voxel (k, ib, ic) (indices along
 /// a, b, c) in one projection (Note [back projection gather]); empty when first > last.
 template <class T, class I>
@@ -486,14 +593,8 @@ FF_HOST_DEVICE FF_FORCE_INLINE void candidate_box(const Geometry<T>& g, T k, T i
       madd(g.centre_j.j, ib, madd(g.centre_j.i, ic, madd(g.centre_j.k, k, g.centre_j.origin)));
   const T ci =
       madd(g.centre_i.j, ib, madd(g.centre_i.i, ic, madd(g.centre_i.k, k, g.centre_i.origin)));
-  // Clamped in T before the conversion, which an infinite reach or a huge centre must not reach;
-  // a NaN bound becomes the whole detector (a superset is always safe). The results lie in
-  // [−1, width] and [−1, height], which the drivers' index type I holds.
-  const T j_top = static_cast<T>(width - 1), i_top = static_cast<T>(height - 1);
-  j_first = static_cast<I>(first_in(round_up(cj - g.reach_j), j_top));
-  j_last = static_cast<I>(last_in(round_down(cj + g.reach_j), j_top));
-  i_first = static_cast<I>(first_in(round_up(ci - g.reach_i), i_top));
-  i_last = static_cast<I>(last_in(round_down(ci + g.reach_i), i_top));
+  box_range(cj, g.reach_j, width, j_first, j_last);
+  box_range(ci, g.reach_i, height, i_first, i_last);
 }
 
 /// A voxel's indices (k, ib, ic) along the axes (a, b, c) of a projection whose dominant axis is
@@ -519,6 +620,50 @@ FF_HOST_DEVICE FF_FORCE_INLINE void add_slices(const Geometry<T>& g, T row, T co
   }
 }
 
+/// add_slices for a tilt projection (Note [tilt path]): the x taps `tc` of the ray are the same on
+/// every slice, index_b is row_term(b, row, slice_term(b, k)), and the slice counter is kept in T
+/// (exact: below 2^24). kUpperC: whether tc.upper may be true.
+template <bool kUpperC, class T, class I, class Taps, class Load>
+FF_HOST_DEVICE FF_FORCE_INLINE void add_tilt_slices(const Geometry<T>& g, T row,
+                                                    const AxisTaps<T, I>& tc, I k_first, I k_last,
+                                                    I nb, I sa, I sb, I sc, const Taps& taps_of,
+                                                    const Load& load, T& sum) {
+  T slice = static_cast<T>(k_first);
+  I base = k_first * sa + tc.i0 * sc;  // only a base: −1·sc when the lower x corner is not taken
+  for (I k = k_first; k <= k_last; ++k) {
+    const AxisTaps<T, I> tb = taps_of(row_term(g.b, row, slice_term(g.b, slice)), nb);
+    sum += bilinear<kUpperC>(tb, tc, base + tb.i0 * sb, sb, sc, load);
+    slice += T(1);
+    base += sa;
+  }
+}
+
+/// Runs `slices(first, last, taps_of, sum)` over the slices of `range` in order: axis_taps before
+/// and after the interior, interior_taps (the same taps without the range tests) inside it.
+template <class T, class I, class Slices>
+FF_HOST_DEVICE FF_FORCE_INLINE T range_sum(const SliceRange& range, const Slices& slices) {
+  const auto outer = [](T index, I n) { return axis_taps<T, I>(index, n); };
+  const auto inner = [](T index, I) { return interior_taps<T, I>(index); };
+  const I first = static_cast<I>(range.first), last = static_cast<I>(range.last);
+  const I inner_first = static_cast<I>(range.inner_first);
+  const I inner_last = static_cast<I>(range.inner_last);
+  T sum = T(0);
+  slices(first, inner_first - 1, outer, sum);
+  slices(inner_first, inner_last, inner, sum);
+  slices(inner_last + 1, last, outer, sum);
+  return sum;
+}
+
+/// ray_sum of a tilt projection (Note [tilt path]), kUpperC as in add_tilt_slices.
+template <bool kUpperC, class T, class I, class Load>
+FF_HOST_DEVICE FF_FORCE_INLINE T tilt_ray_sum(const Geometry<T>& g, T row, const AxisTaps<T, I>& tc,
+                                              const SliceRange& range, I nb, I sa, I sb, I sc,
+                                              const Load& load) {
+  return g.delta * range_sum<T, I>(range, [&](I first, I last, const auto& taps_of, T& sum) {
+           add_tilt_slices<kUpperC>(g, row, tc, first, last, nb, sa, sb, sc, taps_of, load, sum);
+         });
+}
+
 /// The forward projection of pixel (i, j): Δ·Σ_k bilinear over the slices of `range`, of a
 /// volume with sizes nb, nc and strides sa, sb, sc along a, b, c, read through `load(offset)`;
 /// I is the drivers' index type. The interior slices take interior_taps, which give the same
@@ -527,16 +672,88 @@ template <class T, class I, class Load>
 FF_HOST_DEVICE FF_FORCE_INLINE T ray_sum(const Geometry<T>& g, I i, I j, const SliceRange& range,
                                          I nb, I nc, I sa, I sb, I sc, const Load& load) {
   const T row = static_cast<T>(i), column = static_cast<T>(j);
-  const auto outer = [](T index, I n) { return axis_taps<T, I>(index, n); };
-  const auto inner = [](T index, I) { return interior_taps<T, I>(index); };
-  const I first = static_cast<I>(range.first), last = static_cast<I>(range.last);
-  const I inner_first = static_cast<I>(range.inner_first);
-  const I inner_last = static_cast<I>(range.inner_last);
+  if (g.tilt) {  // Note [tilt path]: the same taps and terms, the x taps once per ray
+    const AxisTaps<T, I> tc = axis_taps(sample_index(g.c, column, T(0), T(0)), nc);
+    return tc.upper ? tilt_ray_sum<true>(g, row, tc, range, nb, sa, sb, sc, load)
+                    : tilt_ray_sum<false>(g, row, tc, range, nb, sa, sb, sc, load);
+  }
+  // Δ is NaN for an unusable pose, whose rays have no slices.
+  return g.delta * range_sum<T, I>(range, [&](I first, I last, const auto& taps_of, T& sum) {
+           add_slices(g, row, column, first, last, nb, nc, sa, sb, sc, taps_of, load, sum);
+         });
+}
+
+/// The pixels along one detector axis that have a voxel as a taken corner, in a tilt projection
+/// (Note [corner runs]): `count` (0 to 3) consecutive pixels from `first`, with their weights.
+template <class T, class I>
+struct CornerRun {
+  I first;
+  int32_t count;
+  T w[3];
+};
+
+/// The run of voxel v among the candidates [first, last] (at most three: Note [corner runs]),
+/// each tested with the forward's index `index_of(pixel)` and corner rule. Taken candidates are
+/// consecutive, so the run starts at the first one taken.
+template <class T, class I, class Index>
+FF_HOST_DEVICE FF_FORCE_INLINE CornerRun<T, I> corner_run(I first, I last, T v,
+                                                          const Index& index_of) {
+  bool taken[3];
+  T w[3];
+  for (int s = 0; s < 3; ++s) {
+    const T index = index_of(static_cast<T>(first + s));
+    w[s] = T(0);
+    taken[s] = first + s <= last && index > v - T(1) && index < v + T(1) &&
+               near_corner_weight(index, v, w[s]);
+  }
+  CornerRun<T, I> run;
+  const int skip = taken[0] ? 0 : (taken[1] ? 1 : 2);
+  run.first = first + skip;
+  run.count = int32_t{taken[0]} + int32_t{taken[1]} + int32_t{taken[2]};
+  run.w[0] = skip == 0 ? w[0] : (skip == 1 ? w[1] : w[2]);
+  run.w[1] = skip == 0 ? w[1] : w[2];
+  run.w[2] = w[2];
+  return run;
+}
+
+/// The rows of voxel (k, ib) in a `runs` projection: its candidate box's rows (the box's centre
+/// does not depend on ic there: its coefficient is 0), tested with index_b.
+template <class T, class I>
+FF_HOST_DEVICE FF_FORCE_INLINE CornerRun<T, I> row_run(const Geometry<T>& g, T k, T ib,
+                                                       int64_t height) {
+  const T ci =
+      madd(g.centre_i.j, ib, madd(g.centre_i.i, T(0), madd(g.centre_i.k, k, g.centre_i.origin)));
+  I first, last;
+  box_range(ci, g.reach_i, height, first, last);
+  const T slice = slice_term(g.b, k);
+  return corner_run<T, I>(first, last, ib, [&](T i) { return row_term(g.b, i, slice); });
+}
+
+/// The columns of voxel ic in a `runs` projection (the box's centre depends on ic only).
+template <class T, class I>
+FF_HOST_DEVICE FF_FORCE_INLINE CornerRun<T, I> column_run(const Geometry<T>& g, T ic,
+                                                          int64_t width) {
+  const T cj =
+      madd(g.centre_j.j, T(0), madd(g.centre_j.i, ic, madd(g.centre_j.k, T(0), g.centre_j.origin)));
+  I first, last;
+  box_range(cj, g.reach_j, width, first, last);
+  return corner_run<T, I>(first, last, ic, [&](T j) { return sample_index(g.c, j, T(0), T(0)); });
+}
+
+/// Σ (wb·wc)·load(i, j) over a row run and a column run, rows outer: the general loop's terms in
+/// its order (Note [corner runs]).
+template <class T, class I, class Load>
+FF_HOST_DEVICE FF_FORCE_INLINE T run_sum(const CornerRun<T, I>& rows,
+                                         const CornerRun<T, I>& columns, const Load& load) {
   T sum = T(0);
-  add_slices(g, row, column, first, inner_first - 1, nb, nc, sa, sb, sc, outer, load, sum);
-  add_slices(g, row, column, inner_first, inner_last, nb, nc, sa, sb, sc, inner, load, sum);
-  add_slices(g, row, column, inner_last + 1, last, nb, nc, sa, sb, sc, outer, load, sum);
-  return g.delta * sum;  // NaN for an unusable pose, whose rays have no slices
+  for (int r = 0; r < 3; ++r) {
+    if (r >= rows.count) break;
+    for (int q = 0; q < 3; ++q) {
+      if (q >= columns.count) break;
+      sum += (rows.w[r] * columns.w[q]) * load(rows.first + r, columns.first + q);
+    }
+  }
+  return sum;
 }
 
 /// The back projection of one projection onto voxel (k, ib, ic) (indices along a, b, c):
@@ -547,8 +764,12 @@ template <class T, class I, class Load>
 FF_HOST_DEVICE FF_FORCE_INLINE T voxel_sum(const Geometry<T>& g, I k, I ib, I ic, int64_t height,
                                            int64_t width, const Load& load) {
   if (!g.valid) return g.delta;  // NaN: the pose poisons every voxel, as its forward every ray
-  I i_first, i_last, j_first, j_last;
   const T slice = static_cast<T>(k);
+  if (g.runs) {
+    return g.delta * run_sum(row_run<T, I>(g, slice, static_cast<T>(ib), height),
+                             column_run<T, I>(g, static_cast<T>(ic), width), load);
+  }
+  I i_first, i_last, j_first, j_last;
   candidate_box(g, slice, static_cast<T>(ib), static_cast<T>(ic), height, width, i_first, i_last,
                 j_first, j_last);
   const T slice_b = slice_term(g.b, slice), slice_c = slice_term(g.c, slice);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -174,6 +175,12 @@ void check_transposes() {
   const T c = static_cast<T>(std::sqrt(0.5));
   aligned.rotations = {1, 0, 0, 0, c, -c, 0, c, c};
   check_transpose(aligned);
+  // Tilts about x on an aligned detector, without and with shifts: the corner runs.
+  const T cos = static_cast<T>(std::cos(0.4)), sin = static_cast<T>(std::sin(0.4));
+  aligned.rotations = {1, 0, 0, 0, cos, -sin, 0, sin, cos};
+  check_transpose(aligned);
+  aligned.with_shifts = true;
+  check_transpose(aligned);
 }
 
 TEST(Project, BackProjectionIsTheTransposeFloat64) { check_transposes<double>(); }
@@ -239,6 +246,83 @@ TEST(Project, IndexMapsFollowTheRay) {
     }
   }
 }
+
+/// The run that a scan of every pixel finds: those whose sample (the forward's full index chain)
+/// takes voxel v as a corner, by axis_taps, with its weight.
+template <class T>
+void expect_run(const fieldfuse::detail::project::CornerRun<T, int64_t>& run, int64_t pixels, T v,
+                int64_t size, const std::function<T(T)>& index_of, const char* what) {
+  namespace pm = fieldfuse::detail::project;
+  int64_t found = 0;
+  for (int64_t p = 0; p < pixels; ++p) {
+    const pm::AxisTaps<T, int64_t> taps = pm::axis_taps(index_of(static_cast<T>(p)), size);
+    const int64_t voxel = static_cast<int64_t>(v);
+    T weight = T(0);
+    if (taps.lower && taps.i0 == voxel) {
+      weight = taps.w0;
+    } else if (taps.upper && taps.i0 + 1 == voxel) {
+      weight = taps.w1;
+    } else {
+      continue;
+    }
+    ASSERT_LT(found, run.count) << what << " pixel " << p;
+    EXPECT_EQ(run.first + found, p) << what;
+    EXPECT_EQ(run.w[found], weight) << what << " pixel " << p;
+    ++found;
+  }
+  EXPECT_EQ(found, run.count) << what;
+}
+
+template <class T>
+void check_corner_runs() {
+  // Tilts about x (Note [tilt path]) with shifts, on aligned, coarser and 1.2 times finer
+  // detectors: every voxel's row and column runs against a scan of the whole detector.
+  namespace pm = fieldfuse::detail::project;
+  const int64_t sizes[3] = {9, 9, 9};
+  const int64_t detectors[][2] = {{9, 9}, {7, 6}, {10, 10}};
+  int runs = 0;
+  for (const auto& detector : detectors) {
+    const int64_t hd = detector[0], wd = detector[1];
+    for (double angle : {0.0, 0.3, -0.7, 0.7853981633974483, 1.2, -1.5}) {
+      for (double shift : {0.0, 0.137}) {
+        pm::Pose pose{
+            {1, 0, 0, 0, std::cos(angle), -std::sin(angle), 0, std::sin(angle), std::cos(angle)},
+            shift,
+            -shift};
+        const pm::Geometry<T> g = pm::make_geometry<T>(pose, sizes, hd, wd);
+        ASSERT_TRUE(g.valid && g.tilt) << angle;
+        if (!g.runs) continue;  // the 1.2 times finer detector beyond 45° on this cube
+        ++runs;
+        int b, c;
+        pm::in_slice_axes(g.axis, b, c);
+        ASSERT_EQ(c, 2);
+        for (int64_t k = 0; k < sizes[g.axis]; ++k) {
+          for (int64_t ib = 0; ib < sizes[b]; ++ib) {
+            const T tk = static_cast<T>(k), tb = static_cast<T>(ib);
+            expect_run<T>(
+                pm::row_run<T, int64_t>(g, tk, tb, hd), hd, tb, sizes[b],
+                [&](T i) { return pm::sample_index(g.b, T(3), i, tk); }, "row");
+          }
+        }
+        for (int64_t ic = 0; ic < sizes[c]; ++ic) {
+          const T tc = static_cast<T>(ic);
+          expect_run<T>(
+              pm::column_run<T, int64_t>(g, tc, wd), wd, tc, sizes[c],
+              [&](T j) { return pm::sample_index(g.c, j, T(5), T(2)); }, "column");
+        }
+      }
+    }
+  }
+  EXPECT_GE(runs, 30);
+  // A detector 2.5 times finer than the volume, and a general pose, take the general loop.
+  pm::Pose tilt{{1, 0, 0, 0, 1, 0, 0, 0, 1}, 0.0, 0.0};
+  EXPECT_FALSE((pm::make_geometry<T>(tilt, sizes, 23, 23).runs));
+  pm::Pose general{{0.36, 0.48, -0.8, -0.8, 0.6, 0.0, 0.48, 0.64, 0.6}, 0.0, 0.0};
+  EXPECT_FALSE((pm::make_geometry<T>(general, sizes, 9, 9).tilt));
+}
+
+TEST(Project, CornerRunsMatchAScanFloat64) { check_corner_runs<double>(); }
+TEST(Project, CornerRunsMatchAScanFloat32) { check_corner_runs<float>(); }
 
 TEST(Project, LinearWeightsAndCornerRule) {
   namespace pm = fieldfuse::detail::project;

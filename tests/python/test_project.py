@@ -146,6 +146,77 @@ def test_dense_matrices_are_transposes(device, dtype, poses, rng):
     assert torch.equal(a, at)  # in fact bit for bit
 
 
+# --- the tilt paths (Note [tilt path], Note [corner runs]) --------------------------------------
+
+
+# volume, detector, shifts: aligned detectors (integer x indices), coarser ones, 1.2 times finer
+# ones (still corner runs for most angles) and 2.5 times finer ones (the general loop); sizes that
+# fill no CUDA tile (32 x, 8 y, 8 z) evenly.
+TILT_CASES = {
+    "aligned": ((10, 12, 37), (12, 37), False),
+    "aligned-shifts": ((10, 12, 37), (12, 37), True),
+    "coarser": ((9, 13, 11), (10, 8), True),
+    "finer": ((9, 10, 11), (12, 13), True),
+    "much-finer": ((5, 6, 7), (15, 17), True),
+}
+
+
+def _tilt_series(n, rng, dtype, device):
+    """n tilts about x over ±86° (0 and ±45° included), every fifth pose a general rotation, so
+    one call switches between the tilt and general paths projection by projection."""
+    angles = torch.linspace(-1.5, 1.5, n, dtype=F64)
+    angles[n // 2] = 0.0
+    angles[1], angles[-2] = -math.pi / 4, math.pi / 4
+    rotations = fieldfuse.tilt_rotations(angles, "x")
+    rotations[::5] = _rotations(len(range(0, n, 5)), rng)
+    return rotations.to(device, dtype)
+
+
+@pytest.mark.parametrize("case", TILT_CASES)
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_tilt_series_match_reference_and_adjoint(device, dtype, case, rng):
+    volume_shape, detector, with_shifts = TILT_CASES[case]
+    n = 19  # more than one chunk of corner runs (17 in float32, 8 in float64)
+    rotations = _tilt_series(n, rng, dtype, device)
+    shifts = _uniform((n, 2), -0.3, 0.3, rng, dtype, device) if with_shifts else None
+    volume = _uniform(volume_shape, -1.0, 1.0, rng, dtype, device)
+    stack = _uniform((n, *detector), -1.0, 1.0, rng, dtype, device)
+    out = fieldfuse.project(volume, rotations, shifts, detector_shape=detector)
+    double = None if shifts is None else shifts.double()
+    want = ref.project(volume.double(), rotations.double(), double, detector)
+    assert_close(out.double(), want, **_tolerance(dtype, want.abs().max().item()))
+    back = fieldfuse.backproject(stack, rotations, shifts, volume_shape=volume_shape)
+    want = ref.backproject(stack.double(), rotations.double(), double, volume_shape=volume_shape)
+    assert_close(back.double(), want, **_tolerance(dtype, want.abs().max().item()))
+    left, right = out.double() * stack.double(), volume.double() * back.double()
+    scale = (left.abs().sum() + right.abs().sum()).item()
+    rtol = 1e-13 if dtype == F64 else 1e-6
+    assert abs(left.sum().item() - right.sum().item()) <= rtol * scale
+
+
+@pytest.mark.parametrize("case", ["aligned", "aligned-shifts", "coarser", "finer"])
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_tilt_dense_matrices_are_transposes(device, dtype, case, rng):
+    """The corner runs gather exactly the forward's terms: A equals A^T's transpose bit for bit
+    on tilt series (and the general poses among them)."""
+    volume_shape = {"aligned": (3, 4, 5), "aligned-shifts": (3, 4, 5), "coarser": (4, 5, 3),
+                    "finer": (5, 5, 4)}[case]
+    detector = {"aligned": (4, 5), "aligned-shifts": (4, 5), "coarser": (3, 2),
+                "finer": (6, 4)}[case]
+    n = 6
+    rotations = _tilt_series(n, rng, dtype, device)
+    shifts = (_uniform((n, 2), -0.3, 0.3, rng, dtype, device) if case != "aligned" else None)
+    voxels, pixels = math.prod(volume_shape), n * math.prod(detector)
+    units = torch.eye(voxels, dtype=dtype, device=device).reshape(voxels, *volume_shape)
+    a = torch.stack([fieldfuse.project(u, rotations, shifts, detector_shape=detector).reshape(-1)
+                     for u in units], dim=1)
+    units = torch.eye(pixels, dtype=dtype, device=device).reshape(pixels, n, *detector)
+    at = torch.stack([fieldfuse.backproject(u, rotations, shifts, volume_shape=volume_shape)
+                      .reshape(-1) for u in units], dim=0)
+    assert (a != 0).sum() > 0
+    assert torch.equal(a, at)
+
+
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
 def test_identity_pose_sums_along_z(device, dtype, rng):
     volume = _uniform((6, 4, 5), -1.0, 1.0, rng, dtype, device)
@@ -528,6 +599,26 @@ def test_cpu_cuda_parity(dtype, rng):
     back_cpu = fieldfuse.backproject(cpu["stack"], cpu["rotations"], cpu["shifts"],
                                      volume_shape=(33, 40, 29))
     assert_close(back.cpu(), back_cpu, **_tolerance(dtype, back_cpu.abs().max().item()))
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_long_tilt_series_matches_cpu(dtype, rng):
+    """130 poses (more than one chunk of geometry, 128), tilts about x with general rotations
+    among them, on a volume that fills no tile evenly: the CUDA back projection's tile and chunk
+    edges against the CPU."""
+    n, volume_shape, detector = 130, (19, 21, 45), (21, 45)
+    rotations = _tilt_series(n, rng, dtype, "cpu")
+    shifts = _uniform((n, 2), -0.2, 0.2, rng, dtype)
+    volume = _uniform(volume_shape, -1.0, 1.0, rng, dtype)
+    stack = _uniform((n, *detector), -1.0, 1.0, rng, dtype)
+    want = fieldfuse.project(volume, rotations, shifts, detector_shape=detector)
+    out = fieldfuse.project(volume.cuda(), rotations.cuda(), shifts.cuda(), detector_shape=detector)
+    assert_close(out.cpu(), want, **_tolerance(dtype, want.abs().max().item()))
+    want = fieldfuse.backproject(stack, rotations, shifts, volume_shape=volume_shape)
+    back = fieldfuse.backproject(stack.cuda(), rotations.cuda(), shifts.cuda(),
+                                 volume_shape=volume_shape)
+    assert_close(back.cpu(), want, **_tolerance(dtype, want.abs().max().item()))
 
 
 @cuda_only
