@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch.utils.dlpack import to_dlpack
@@ -25,13 +25,20 @@ _REDUCED_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 # `stream=-1`) and costs about a tenth as much. Either way no sync is needed: every fieldfuse
 # call runs on the stream passed explicitly (`stream_of`), the current one, so ordering is kept
 # and CUDA-graph capture stays legal.
+# dls(tensors) is the same for a sequence of tensors, in one call (the whole sequence as it is).
 if _C.has_dlpack_exchange_api(torch.Tensor):
 
     def dl(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
 
+    def dls(tensors: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+        return tensors
+
 else:
     dl = to_dlpack
+
+    def dls(tensors: Sequence[torch.Tensor]) -> list:
+        return [*map(to_dlpack, tensors)]
 
 
 # The current stream's handle without building a torch.cuda.Stream object (the public route took

@@ -201,10 +201,16 @@ def _library_context() -> bool:
 
     Runs on every call, so each test is the cheapest that decides: functorch's wrapped tensors
     exist only while a transform is active, which one global query tells (a check of each tensor
-    cost 0.1 µs apiece)."""
-    return (_force_library or torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or torch._C._are_functorch_transforms_active()
-            or torch._C._len_torch_dispatch_stack() > 0)  # a TorchDispatchMode must see the op
+    cost 0.1 µs apiece); torch.jit.is_tracing() is torch._C._is_tracing() behind a Python frame.
+    torch.compiler.is_compiling() stays as it is: it is the call Dynamo recognises."""
+    return (_force_library or torch.compiler.is_compiling() or _is_tracing()
+            or _functorch_transforms_active()
+            or _dispatch_modes() > 0)  # a TorchDispatchMode must see the op
+
+
+_is_tracing = torch._C._is_tracing
+_functorch_transforms_active = torch._C._are_functorch_transforms_active
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 class _EagerAutograd(torch.autograd.Function):

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from . import _kplanes_second_order as _second_order
 from . import _registry
-from ._backend import _C, check_tensor, dl, float_list, reduced_dtype, stream_of, workspace
+from ._backend import _C, check_tensor, dl, dls, float_list, reduced_dtype, stream_of, workspace
 
 __all__ = ["kplanes_tilted", "kplanes", "kplanes_tilted_taps", "kplanes_tilted_with_taps", "plane_tv"]
 
@@ -160,10 +160,10 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
         pts = geometry[0]
         # The staging copies of planes not in the fast layout (Note [plane staging]); a DLPack
         # capsule is consumed by the call it is passed to: one set per call.
-        size = c_forward_workspace_size(*map(dl, geometry), [*map(dl, planes)])
+        size = c_forward_workspace_size(*dls(geometry), dls(planes))
         scratch = workspace(size, pts.device)
-        c_forward(*map(dl, geometry), [*map(dl, planes)], *args[n_geo + 1:i_gates + 1],
-                  *map(dl, outputs), dl(scratch), stream_of(pts))
+        c_forward(*dls(geometry), dls(planes), *args[n_geo + 1:i_gates + 1], *dls(outputs),
+                  dl(scratch), stream_of(pts))
         return outputs[0] if n_out == 1 else tuple(outputs)
 
     def forward_fake(*args):
@@ -179,14 +179,13 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
             grads, grad_planes = _gradient_outputs(geometry, planes, wants, absent)
             pts, deterministic = geometry[0], args[i_gates + 2]
             # A DLPack capsule is consumed by the call it is passed to: one set per call.
-            size = c_backward_workspace_size(*map(dl, geometry), [*map(dl, planes)], wants[-1],
+            size = c_backward_workspace_size(*dls(geometry), dls(planes), wants[-1],
                                              deterministic)
             scratch = workspace(size, pts.device)
-            c_backward(*map(dl, geometry), [*map(dl, planes)], *args[n_geo + 1:i_gates + 1],
-                       *map(dl, grad_outputs),
-                       *[dl(g) if w else None for g, w in zip(grads, wants)],
-                       [*map(dl, grad_planes)] if wants[-1] else None, deterministic,
-                       dl(scratch), stream_of(pts))
+            c_backward(*dls(geometry), dls(planes), *args[n_geo + 1:i_gates + 1],
+                       *dls(grad_outputs), *[dl(g) if w else None for g, w in zip(grads, wants)],
+                       dls(grad_planes) if wants[-1] else None, deterministic, dl(scratch),
+                       stream_of(pts))
             return (*grads, grad_planes)
 
         return backward
@@ -199,7 +198,7 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:n_geo], *inputs[i_planes])
-        ctx.h, ctx.gates, ctx.deterministic = inputs[n_geo + 1:i_gates], inputs[i_gates], inputs[-1]
+        ctx.options = inputs[n_geo + 1:]  # [h], gates, features_dtype, deterministic
 
     options = (None,) * (has_h + 3)  # no gradient for [h], gates, features_dtype, deterministic
     backward_name = f"{fn.name}_backward"  # in _ops once every table is registered
@@ -220,8 +219,9 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
                 g if g is not None else torch.zeros_like(o, dtype=_grad_dtype(grad_outputs))
                 for g, o in zip(grad_outputs, outputs, strict=True)
             ]
+        *h_gates, _, deterministic = ctx.options
         result = _registry.call_in_backward(ctx, _ops[backward_name], *grad_outputs, *geometry,
-                                            planes, *ctx.h, ctx.gates, wants, ctx.deterministic)
+                                            planes, *h_gates, wants, deterministic)
         # Unwanted gradients are None on the eager path, 0-element placeholders on the library's.
         grads = [g if w else None for g, w in zip(result[:n_geo], wants)]
         return (*grads, result[n_geo] if wants[-1] else [None] * len(planes), *options)
@@ -295,16 +295,16 @@ def _level_terms(planes: list[Tensor]) -> Tensor:
 def _plane_tv_forward(planes: list[Tensor], num_tilts: int, norm: str) -> Tensor:
     out = _level_terms(planes)
     # A DLPack capsule is consumed by the call it is passed to: one set per call.
-    scratch = workspace(_C.plane_tv_workspace_size([dl(p) for p in planes]), planes[0].device)
-    _C.plane_tv_forward([dl(p) for p in planes], num_tilts, norm, dl(out), dl(scratch), stream_of(planes[0]))
+    scratch = workspace(_C.plane_tv_workspace_size(dls(planes)), planes[0].device)
+    _C.plane_tv_forward(dls(planes), num_tilts, norm, dl(out), dl(scratch), stream_of(planes[0]))
     return out
 
 
 def _plane_tv_backward(planes: list[Tensor], num_tilts: int, norm: str,
                        grad_out: Tensor) -> list[Tensor]:
     grads = [torch.empty_like(p) for p in planes]
-    _C.plane_tv_backward([dl(p) for p in planes], num_tilts, norm, dl(grad_out),
-                         [dl(g) for g in grads], stream_of(planes[0]))
+    _C.plane_tv_backward(dls(planes), num_tilts, norm, dl(grad_out), dls(grads),
+                         stream_of(planes[0]))
     return grads
 
 
