@@ -206,9 +206,7 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
     def gradient(ctx, *grad_outputs):
         saved = ctx.saved_tensors
         geometry, planes = saved[:n_geo], list(saved[n_geo:])
-        needs = _registry.needs_input_grad(ctx)
-        wants = [bool(flag) for flag in needs[:n_geo]]
-        wants.append(any(needs[n_geo]))  # planes: one flag per level
+        wants = _registry.wants_input_grad(ctx)[:n_geo + 1]  # geometry, then planes
         if True not in wants:
             return (None,) * n_geo + ([None] * len(planes),) + options
         if any([g is None for g in grad_outputs]):  # not `None in`: Tensor == None costs 10 µs

@@ -155,8 +155,8 @@ def test_call_in_backward_skips_the_path_checks_only_on_the_eager_path(monkeypat
 
 def _plan_table(name, seen):
     """A toy op over every argument kind of Note [eager argument plan]:
-    ``x * s + y + Σ_i zs[i]`` (all ``[n]``; y may be None); the formula records the per-input
-    ``needs_input_grad`` it saw in ``seen``."""
+    ``x * s + y + Σ_i zs[i]`` (all ``[n]``; y may be None); the formula records the
+    ``needs_input_grad`` and ``wants_input_grad`` it saw in ``seen``."""
 
     def run(x, y, zs, s):
         out = x * s if y is None else x * s + y
@@ -170,7 +170,7 @@ def _plan_table(name, seen):
 
     def backward(ctx, grad):
         needs = _registry.needs_input_grad(ctx)
-        seen.append(needs)
+        seen.append((needs, _registry.wants_input_grad(ctx)))
         return (grad * ctx.s if needs[0] else None, grad if ctx.has_y and needs[1] else None,
                 [grad if need else None for need in needs[2]], None)
 
@@ -198,7 +198,8 @@ def test_argument_plan_follows_each_call_on_both_paths(has_y, num_zs):
             inputs = [x] + ([y] if has_y else []) + [z for z in zs if z.requires_grad]
             grads = torch.autograd.grad((out * torch.arange(4.0)).sum(), inputs)
             results.append((out, grads, seen[0]))
-        (eager, eager_grads, eager_needs), (library, library_grads, library_needs) = results
+        (eager, eager_grads, (eager_needs, eager_wants)), \
+            (library, library_grads, (library_needs, library_wants)) = results
         assert type(eager.grad_fn).__name__ == "_EagerAutogradBackward"
         torch.testing.assert_close(eager, library, rtol=0, atol=0)
         for a, b in zip(eager_grads, library_grads, strict=True):
@@ -206,6 +207,8 @@ def test_argument_plan_follows_each_call_on_both_paths(has_y, num_zs):
         assert eager_needs == (True, has_y, [i % 2 == 0 for i in range(length)], False)
         assert tuple(library_needs[:2]) == eager_needs[:2]
         assert list(library_needs[2]) == eager_needs[2]
+        wants = [True, has_y, length > 0, False]  # zs[0] needs a gradient, zs[1] not, ...
+        assert eager_wants == library_wants == wants
 
 
 def test_arguments_that_do_not_fit_the_plan_take_the_library_path():
