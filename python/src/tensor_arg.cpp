@@ -3,6 +3,7 @@
 #include "tensor_arg.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 namespace nb = nanobind;
@@ -74,6 +75,27 @@ const ExchangeApi* exchange_api(PyObject* type) noexcept {
   return api;
 }
 
+/// The first line of the pending Python error's message (cleared), for a message of ours: PyTorch
+/// appends a C++ backtrace to its own.
+std::string python_error_text() noexcept {
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  std::string text = "an unknown error";
+  if (PyObject* str = value != nullptr ? PyObject_Str(value) : nullptr) {
+    Py_ssize_t size = 0;
+    if (const char* utf8 = PyUnicode_AsUTF8AndSize(str, &size)) {
+      text.assign(utf8, static_cast<std::size_t>(size));
+      text.erase(std::min(text.find('\n'), text.size()));
+    }
+    Py_DECREF(str);
+  }
+  PyErr_Clear();  // from PyObject_Str or the conversion, if they failed
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return text;
+}
+
 }  // namespace
 
 bool TensorArg::copy_from(const nb::dlpack::dltensor& t) {
@@ -102,10 +124,11 @@ bool TensorArg::load(nb::handle src, uint32_t flags, nb::detail::cleanup_list* c
   if (const ExchangeApi* api = exchange_api(reinterpret_cast<PyObject*>(Py_TYPE(object)))) {
     nb::dlpack::dltensor t;
     if (api->dltensor_from_py_object_no_sync(object, &t) == 0) return copy_from(t);
-    // A tensor its producer cannot describe (e.g. sparse): no other way would (`__dlpack__`
-    // shares the limits), and nanobind reports the mismatch.
-    PyErr_Clear();
-    return false;
+    // A tensor its producer cannot describe (sparse, a dead functorch wrapper, ...): no other
+    // way would (`__dlpack__` shares the limits). Kept for to_tensor_ref, whose message names
+    // the op and the argument, which nanobind's "incompatible function arguments" would not.
+    refused_ = python_error_text();
+    return true;
   }
   nb::detail::make_caster<nb::ndarray<>> importer;
   if (!importer.from_python(src, flags, cleanup)) return false;

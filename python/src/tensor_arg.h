@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "fieldfuse/core.h"
 
@@ -24,7 +25,8 @@ namespace fieldfuse::python {
 // time saved, and a K-Planes forward + backward converts 16 tensors (bench/host_time.py, CPU).
 // The described tensor is borrowed: the call's arguments keep the object alive, and the caster
 // copies its metadata while it holds the GIL, since the bindings release the GIL before they
-// read their arguments.
+// read their arguments. A tensor the producer cannot describe (sparse, ...) becomes a TypeError
+// of to_tensor_ref, naming the op and the argument, with the producer's reason.
 
 /// A tensor argument: its metadata, copied when the argument is converted, and what keeps its
 /// memory alive for the call (the Python object itself, or the imported ndarray).
@@ -45,6 +47,8 @@ class TensorArg {
   int32_t ndim() const { return ndim_; }
   int64_t size(int32_t i) const { return sizes_[i]; }
   int64_t stride(int32_t i) const { return strides_[i]; }
+  /// Why the tensor's producer could not describe it (empty: it did); to_tensor_ref raises it.
+  const std::string& refused() const { return refused_; }
 
  private:
   bool copy_from(const nanobind::dlpack::dltensor& t);
@@ -56,6 +60,7 @@ class TensorArg {
   int64_t sizes_[kMaxDims] = {};
   int64_t strides_[kMaxDims] = {};
   nanobind::ndarray<> imported_;  ///< the owner when the object was imported, else empty
+  std::string refused_;
 };
 
 /// Whether the bindings read objects of `type` through DLPack's C exchange API (Note [DLPack

@@ -52,6 +52,12 @@ std::optional<Device> device_of(int32_t type, int32_t id) {
 
 /// The error for an `array` that no TensorRef describes (what to_tensor_ref found first).
 [[noreturn]] void reject(const TensorArg& array, const char* op, const char* arg) {
+  if (!array.refused().empty()) {
+    throw Error(ErrorKind::Type, std::string(op) + "(): expected " + arg +
+                                     " to be a strided tensor DLPack can describe, but its "
+                                     "producer refused it: " +
+                                     array.refused());
+  }
   const nb::dlpack::dtype d = array.dtype();
   if (!dtype_of(d)) {
     unsupported(op, arg,
@@ -68,6 +74,7 @@ std::optional<Device> device_of(int32_t type, int32_t id) {
 
 /// `array` as a TensorRef, or false where it has no TensorRef (then `reject` says why).
 bool describe(const TensorArg& array, TensorRef& t) {
+  if (!array.refused().empty()) return false;
   const std::optional<DType> dtype = dtype_of(array.dtype());
   const std::optional<Device> device = device_of(array.device_type(), array.device_id());
   if (!dtype || !device || array.ndim() > kMaxDims) return false;

@@ -77,12 +77,17 @@ def test_tensors_and_capsules_give_the_same_errors(convert):
 
 
 @needs_exchange
-def test_a_tensor_its_producer_cannot_describe_is_a_type_error():
+def test_a_tensor_its_producer_cannot_describe_is_a_type_error_naming_op_and_argument():
     # Sparse tensors have no strided view: torch's exchange entry refuses them, and the binding
-    # reports the mismatch rather than reading them any other way.
+    # says so, naming the op and the argument, rather than reading them any other way.
     sparse = torch.rand(3, 4, 5).to_sparse()
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^tv_sq_3d\(\): expected vol to be a strided tensor "
+                                        r"DLPack can describe, but its producer refused it: .+"):
         _C.tv_sq_3d_workspace_size(sparse)
+    planes = [torch.rand(6, 2, 4, 4), torch.rand(6, 2, 4, 4).to_sparse()]
+    with pytest.raises(TypeError, match=r"^kplanes_tilted\(\): expected planes\[1\] to be a "
+                                        r"strided tensor"):
+        _C.kplanes_tilted_forward_workspace_size(torch.rand(4, 3), torch.eye(3)[None], planes)
 
 
 @needs_exchange
