@@ -9,7 +9,11 @@ torch.compile). The yardsticks are single PyTorch ops of the same kind: ``F.grid
 backward (the op K-Planes replaces) and ``(x * x).sum()`` forward + backward. Times are medians of
 ``--reps`` calls timed one by one with ``time.perf_counter_ns``, after a warm-up.
 
-Usage: python3 bench/host_time.py [--reps 2000] [--out DIR]
+``--points`` sets the K-Planes points and grid_sample's sample points (default 64). At 64 the CPU
+kernels add real work (about 15 µs for kplanes_tilted's backward); ``--points 1`` leaves host time
+alone, which is what the GPU machines pay per call while their kernels run asynchronously.
+
+Usage: python3 bench/host_time.py [--reps 2000] [--points 64] [--out DIR]
 Writes host_time.md (and .json) to DIR (default bench/out).
 """
 
@@ -35,12 +39,12 @@ def _leaf(t: torch.Tensor) -> torch.Tensor:
     return t.detach().requires_grad_()
 
 
-def _cases() -> dict:
+def _cases(points: int) -> dict:
     """name -> a step running one forward + backward (fresh leaves each call are not needed: the
     gradients accumulate, which is what a training step does as well)."""
     g = torch.Generator().manual_seed(0)
     vol = _leaf(torch.rand(2, GRID, GRID, GRID, generator=g))
-    pts = torch.rand(64, 3, generator=g) * 2 - 1
+    pts = torch.rand(points, 3, generator=g) * 2 - 1
     rotations = _leaf(torch.linalg.qr(torch.randn(2, 3, 3, generator=g))[0])
     planes = [_leaf(torch.rand(6, 4, GRID, GRID, generator=g))]
     planes_aligned = [_leaf(torch.rand(3, 4, GRID, GRID, generator=g))]
@@ -54,7 +58,7 @@ def _cases() -> dict:
     origins = _leaf(torch.rand(n_rays, 3, generator=g) * 0.5)
     directions = torch.tensor([[0.0, 0.0, 1.0]]).expand(n_rays, 3).contiguous()
     grid_input = _leaf(torch.rand(1, 4, GRID, GRID, generator=g))
-    grid = torch.rand(1, 64, 1, 2, generator=g) * 2 - 1
+    grid = torch.rand(1, points, 1, 2, generator=g) * 2 - 1
     square = _leaf(torch.rand(2, GRID, GRID, GRID, generator=g))
 
     def render_rgb(out):
@@ -70,7 +74,8 @@ def _cases() -> dict:
         "kplanes_tilted_taps": lambda: fieldfuse.kplanes_tilted_taps(
             pts, rotations, planes, 0.01).sum().backward(),
         "kplanes_tilted_with_taps": lambda: sum(
-            o.sum() for o in fieldfuse.kplanes_tilted_with_taps(pts, pts[:16], rotations, planes, 0.01)
+            o.sum() for o in fieldfuse.kplanes_tilted_with_taps(pts, pts[:16], rotations, planes,
+                                                                0.01)
         ).backward(),
         "plane_tv": lambda: fieldfuse.plane_tv(planes, num_tilts=2).backward(),
         "volume_render": lambda: render_rgb(
@@ -101,12 +106,13 @@ def _median_us(step, reps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2000)
+    parser.add_argument("--points", type=int, default=64, help="K-Planes / grid_sample points")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args()
     torch.set_num_threads(1)  # host overhead, not parallel speed-up, is what is measured
 
     rows = []
-    for name, step in _cases().items():
+    for name, step in _cases(args.points).items():
         eager = _median_us(step, args.reps)
         if "yardstick" in name:
             library = None
@@ -117,10 +123,11 @@ def main() -> None:
     grid_sample = next(r["eager_us"] for r in rows if r["function"].startswith("F.grid_sample"))
 
     lines = [
-        f"Host time of one small forward + backward, CPU tensors, 1 thread, median of {args.reps}",
+        f"Host time of one small forward + backward, CPU tensors, 1 thread, median of {args.reps}, "
+        f"{args.points} K-Planes / grid_sample points",
         f"({platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"fieldfuse {fieldfuse.__version__}, {time.strftime('%Y-%m-%d')}; "
-        "`python3 bench/host_time.py`).",
+        f"`python3 bench/host_time.py --reps {args.reps} --points {args.points}`).",
         "",
         "| function | eager path (µs) | library path (µs) | eager − F.grid_sample (µs) |",
         "|---|---|---|---|",

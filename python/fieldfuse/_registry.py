@@ -61,6 +61,7 @@ __all__ = [
     "library_path",
     "needs_input_grad",
     "register",
+    "wants_input_grad",
 ]
 
 # Set by library_path(): every call takes the library path (tests and the host-time benchmark
@@ -96,9 +97,6 @@ class OpSpec:
     #: the eager fast path's impl: may return None for unrequested outputs (default: ``impl``)
     eager_impl: Callable | None = None
 
-    def run_eagerly(self, *args):
-        return (self.eager_impl or self.impl)(*args)
-
 
 def call_in_backward(ctx, op: "Op", *args):
     """A backward formula's call of another op (``backward`` of an :class:`OpSpec`).
@@ -107,16 +105,48 @@ def call_in_backward(ctx, op: "Op", *args):
     path's own plain tensors, so the op's eager impl runs directly: :meth:`Op.__call__`'s path
     checks would only cost host time (about 4 µs a call for render's backward, measured on CPU).
     Otherwise, e.g. in double backward or on the library path, it is a plain call of ``op``."""
-    if not torch.is_grad_enabled() and getattr(ctx, "ff_spec", None) is not None:
-        return op.spec.run_eagerly(*args)
+    if not torch.is_grad_enabled() and getattr(ctx, "ff", None) is not None:
+        return op.run_eagerly(*args)
     return op(*args)
 
 
 def needs_input_grad(ctx) -> tuple:
     """Which inputs need a gradient, one entry per input (a list of bools for a list of tensors),
-    on either call path: the eager path's ``autograd.Function`` sees flattened inputs, so it records
-    the per-input form before calling the formula."""
-    return getattr(ctx, "ff_needs_input_grad", None) or ctx.needs_input_grad
+    on either call path: the eager path's ``autograd.Function`` sees only the tensors, lists
+    spliced in, so the per-input form is rebuilt here from the slots its forward recorded (only
+    for formulas that ask: most backward calls never need it)."""
+    eager = getattr(ctx, "ff", None)
+    if eager is None:  # the library path: torch.library gives the per-input form
+        return ctx.needs_input_grad
+    return tuple(_per_input(ctx.needs_input_grad, eager[1], list))
+
+
+def wants_input_grad(ctx) -> list[bool]:
+    """One bool per input: whether it (any tensor of a list) needs a gradient, on either call path.
+    What formulas take from :func:`needs_input_grad`, in one step (0.3 µs less per eager backward
+    at K-Planes' six inputs, CPU)."""
+    eager = getattr(ctx, "ff", None)
+    if eager is None:
+        return [any(flag) if isinstance(flag, (list, tuple)) else bool(flag)
+                for flag in ctx.needs_input_grad]
+    return _per_input(ctx.needs_input_grad, eager[1], any)
+
+
+def _per_input(needs: tuple, slots, of_list) -> list:
+    """`needs` (the eager autograd.Function's, one per tensor after the box) per input, with
+    ``of_list(flags)`` for a list of tensors; a plain loop (half the time of a comprehension over
+    an iterator, 0.34 µs at K-Planes' six inputs)."""
+    i, per_input = 1, []  # needs[0]: _EagerAutograd.forward's box
+    for slot in slots:
+        if slot is None:
+            per_input.append(False)
+        elif slot < 0:
+            per_input.append(needs[i])
+            i += 1
+        else:
+            per_input.append(of_list(needs[i:i + slot]))
+            i += slot
+    return per_input
 
 
 # --- flattening: autograd.Function tracks only tensors passed directly, not lists of them -------
@@ -156,75 +186,80 @@ def _unflatten(flat: Sequence, layout: tuple | None) -> list:
     return values
 
 
-def _tensor_slots(args, lists: bool = True) -> tuple[list[Tensor], tuple]:
-    """The tensors among `args` (tensor lists spliced in) and, per argument, where they sit:
-    ``-1`` a tensor, ``n >= 0`` a list of n tensors, None no tensor (None, numbers, flags).
-    ``lists=False``: the op takes no list (its schema says so), so no argument is tested for one."""
-    tensors, slots = [], []
-    if not lists:
-        for a in args:
-            if isinstance(a, Tensor):
-                tensors.append(a)
-                slots.append(-1)
-            else:
-                slots.append(None)
-        return tensors, tuple(slots)
-    for a in args:
-        if isinstance(a, Tensor):
-            tensors.append(a)
-            slots.append(-1)
-        elif _is_tensor_list(a):
-            tensors.extend(a)
-            slots.append(len(a))
-        else:
-            slots.append(None)
-    return tensors, tuple(slots)
+# Note [eager argument plan]
+# What the eager path must know of an op's arguments on every call (which hold tensors, and how)
+# is fixed by its schema, so Op.__init__ reads it once into a plan: one kind per argument,
+# _TENSOR (Tensor), _OPTIONAL (Tensor?), _LIST (Tensor[]) or None (anything else). A call then
+# only collects the tensors at those positions and records the slots the backward needs to
+# map gradients back to arguments: -1 a tensor, n >= 0 a list of n tensors, None no tensor. For
+# an op whose tensor arguments are all plain Tensors (most ops) the slots are the same on every
+# call and come precomputed. Testing every argument's type on every call instead (as before)
+# cost about 1 µs a call at K-Planes' six arguments (bench/host_time.py, CPU).
+_TENSOR, _OPTIONAL, _LIST = "Tensor", "Tensor?", "Tensor[]"
+
+
+def _argument_kind(schema_type) -> str | None:
+    spelled = str(schema_type)
+    return {"Tensor": _TENSOR, "Optional[Tensor]": _OPTIONAL, "List[Tensor]": _LIST}.get(spelled)
+
+
+def _may_be_list(schema_type) -> bool:
+    """Whether an output of this schema type may be a list (``Tensor[]``); conservative: only
+    non-lists skip the eager path's list handling."""
+    spelled = str(schema_type)
+    return "List" in spelled or "[]" in spelled
 
 
 _PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
 
 
-def _through_library(tensors: list[Tensor]) -> bool:
-    """Whether a call must go through the registered custom op (see Note [op table]).
+def _library_context() -> bool:
+    """Whether the current context sends every call through the registered custom op (see Note
+    [op table]), whatever its arguments.
 
     Runs on every call, so each test is the cheapest that decides: functorch's wrapped tensors
     exist only while a transform is active, which one global query tells (a check of each tensor
-    cost 0.1 µs apiece), and ``is_cpu``/``is_cuda`` read the device without building a
-    ``torch.device``."""
-    if (_force_library or torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or torch._C._are_functorch_transforms_active()):
-        return True
-    if torch._C._len_torch_dispatch_stack() > 0:  # a TorchDispatchMode must see the op
-        return True
-    for t in tensors:
-        if type(t) not in _PLAIN_TENSORS or not (t.is_cpu or t.is_cuda):
-            return True
-    return False
+    cost 0.1 µs apiece); torch.jit.is_tracing() is torch._C._is_tracing() behind a Python frame.
+    torch.compiler.is_compiling() stays as it is: it is the call Dynamo recognises."""
+    return (_force_library or torch.compiler.is_compiling() or _is_tracing()
+            or _functorch_transforms_active()
+            or _dispatch_modes() > 0)  # a TorchDispatchMode must see the op
+
+
+_is_tracing = torch._C._is_tracing
+_functorch_transforms_active = torch._C._are_functorch_transforms_active
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 class _EagerAutograd(torch.autograd.Function):
     """An op's eager impl with its registered autograd formula.
 
     Only the tensors go through ``apply`` (tensor lists spliced in): autograd tracks nothing else,
-    and each extra argument of ``apply`` costs host time. The whole argument list travels in a
-    one-shot box that the forward empties, so the graph keeps no input alive that ``setup_context``
-    did not save.
+    and each extra argument of ``apply`` costs host time. The op, its whole argument list and
+    their slots (Note [eager argument plan]) travel in a one-shot box that the forward empties, so
+    the graph keeps no input alive that ``setup_context`` did not save; for an op with list
+    outputs the forward leaves their layout in the box. The backward finds what it needs in
+    ``ctx.ff``: the op, the slots and that output layout (one attribute: each costs host time).
     """
 
     @staticmethod
-    def forward(ctx, op: Op, box: list, slots: tuple, *tensors):
-        args, out_layout = box.pop(), box
+    def forward(ctx, box: list, *tensors):
+        op, args, slots = box
+        box.clear()
+        outputs = op.run_eagerly(*args)
         spec = op.spec
-        outputs = spec.run_eagerly(*args)
         spec.setup_context(ctx, args, outputs)
-        ctx.ff_spec, ctx.ff_slots, ctx.ff_lists = spec, slots, op.list_args
-        ctx.set_materialize_grads(spec.materialize_grads)
-        single = isinstance(outputs, Tensor)
-        if single or not op.list_outputs:
-            flat_out, ctx.ff_out_layout = ((outputs,) if single else outputs), None
-        else:
-            flat_out, ctx.ff_out_layout = _flatten(outputs)
-        out_layout.append(ctx.ff_out_layout)  # for Op.__call__, which rebuilds the structure
+        if not spec.materialize_grads:
+            ctx.set_materialize_grads(False)
+        if isinstance(outputs, Tensor):
+            ctx.ff = (op, slots, None)
+            if 0 in spec.non_differentiable or not outputs.is_floating_point():
+                ctx.mark_non_differentiable(outputs)
+            return outputs
+        flat_out, layout = _flatten(outputs) if op.list_outputs else (outputs, None)
+        ctx.ff = (op, slots, layout)
+        if layout is not None:
+            box.append(layout)  # for Op.__call__, which rebuilds the structure
         non_differentiable = spec.non_differentiable
         frozen = [
             t
@@ -233,37 +268,31 @@ class _EagerAutograd(torch.autograd.Function):
         ]
         if frozen:
             ctx.mark_non_differentiable(*frozen)
-        return flat_out[0] if single else tuple(flat_out)
+        return tuple(flat_out)
 
     @staticmethod
     def backward(ctx, *flat_grads):
-        layout = ctx.ff_out_layout
+        op, slots, layout = ctx.ff
         grads = flat_grads if layout is None else _unflatten(flat_grads, layout)
-        needs, slots = iter(ctx.needs_input_grad[3:]), ctx.ff_slots
-        if ctx.ff_lists:
-            ctx.ff_needs_input_grad = tuple(
-                False if slot is None else next(needs) if slot < 0
-                else [next(needs) for _ in range(slot)]
-                for slot in slots
-            )
-        else:  # the same without the list case, in a list display (cheaper than a generator)
-            ctx.ff_needs_input_grad = tuple([False if slot is None else next(needs)
-                                             for slot in slots])
-        input_grads = ctx.ff_spec.backward(ctx, *grads)
+        input_grads = op.spec.backward(ctx, *grads)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
-        if not ctx.ff_lists:
-            flat = [grad for grad, slot in zip(input_grads, slots, strict=True) if slot is not None]
-            return (None, None, None, *flat)
-        flat = []
-        for grad, slot in zip(input_grads, ctx.ff_slots, strict=True):
+        flat = [None]  # the box
+        for grad, slot in zip(input_grads, slots, strict=True):
             if slot is None:
                 continue
             if slot < 0:
                 flat.append(grad)
             else:
                 flat.extend(grad if grad is not None else [None] * slot)
-        return (None, None, None, *flat)
+        return tuple(flat)
+
+
+# The C++ apply under autograd.Function.apply, whose Python layer re-runs the functorch query
+# _library_context just made and unwraps dead functorch wrappers, which the eager impls cannot
+# read anyway (they have no storage: an error either way, now the binding's TypeError naming the
+# op): 1.7 µs a call (CPU).
+_apply_eager_autograd = super(torch.autograd.Function, _EagerAutograd).apply
 
 
 def _typing_form(annotation):
@@ -304,13 +333,6 @@ def _with_typing_annotations(impl: Callable) -> Callable:
     return typed
 
 
-def _may_be_list(schema_type) -> bool:
-    """Whether an argument or output of this schema type may be a list (``Tensor[]``, ``float[]?``);
-    conservative: only non-lists skip the eager path's list handling."""
-    spelled = str(schema_type)
-    return "List" in spelled or "[]" in spelled
-
-
 class Op:
     """A registered fieldfuse op: ``Op(*args)`` runs it on the fastest path that is correct."""
 
@@ -324,31 +346,69 @@ class Op:
         )
         self.custom_op.register_fake(spec.fake)
         self.differentiable = spec.backward is not None
-        # Facts of the schema the eager path would otherwise find out on every call: whether any
-        # argument or output may be a list (of tensors), which the eager path must splice.
+        #: what the eager path runs (Note [op table], eager_impl)
+        self.run_eagerly = spec.eager_impl or spec.impl
+        # Facts of the schema the eager path would otherwise find out on every call (Note [eager
+        # argument plan]), and whether any output may be a list, which the eager path must splice.
         schema = self.custom_op._opoverload._schema
-        self.list_args = any(_may_be_list(a.type) for a in schema.arguments)
+        kinds = [_argument_kind(a.type) for a in schema.arguments]
+        self.num_args = len(kinds)
+        #: (position, kind) of each argument that may hold tensors
+        self.tensor_args = tuple((i, k) for i, k in enumerate(kinds) if k is not None)
+        #: the slots of every call when all those are plain Tensors (else None: built per call)
+        self.static_slots = (tuple(-1 if k is _TENSOR else None for k in kinds)
+                             if all(k in (_TENSOR, None) for k in kinds) else None)
         self.list_outputs = any(_may_be_list(r.type) for r in schema.returns)
         if self.differentiable:
             self.custom_op.register_autograd(spec.backward, setup_context=spec.setup_context)
 
+    def _tensors(self, args) -> tuple[list, tuple] | None:
+        """The tensors among `args`, lists spliced in, and their slots (Note [eager argument
+        plan]); None where the arguments do not fit the schema (the library path's schema check
+        names the culprit)."""
+        if len(args) != self.num_args:
+            return None
+        if self.static_slots is not None:
+            return [args[i] for i, _ in self.tensor_args], self.static_slots
+        tensors, slots = [], [None] * self.num_args
+        for i, kind in self.tensor_args:
+            value = args[i]
+            if kind is _LIST:
+                if not isinstance(value, (list, tuple)):
+                    return None
+                tensors += value
+                slots[i] = len(value)
+            elif value is not None or kind is _TENSOR:
+                tensors.append(value)
+                slots[i] = -1
+        return tensors, slots
+
     def __call__(self, *args):
-        tensors, slots = _tensor_slots(args, self.list_args)
-        if _through_library(tensors):
+        if _library_context():
             return self.custom_op(*args)
-        wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        if not wants_grad:
-            return self.spec.run_eagerly(*args)
+        gathered = self._tensors(args)
+        if gathered is None:
+            return self.custom_op(*args)
+        tensors, slots = gathered
+        requires_grad = False
+        for t in tensors:
+            # Tensor subclasses (fake tensors, functional wrappers) and devices the kernels do
+            # not run on (meta) take the library path; is_cpu/is_cuda read the device without
+            # building a torch.device.
+            if type(t) not in _PLAIN_TENSORS or not (t.is_cpu or t.is_cuda):
+                return self.custom_op(*args)
+            if t.requires_grad:
+                requires_grad = True
+        if not (requires_grad and torch.is_grad_enabled()):
+            return self.run_eagerly(*args)
         if not self.differentiable:
             # The library path raises torch's own error for an op without a gradient formula.
             return self.custom_op(*args)
-        box = [args]  # _EagerAutograd.forward takes the arguments and leaves the output layout
-        outputs = _EagerAutograd.apply(self, box, slots, *tensors)
-        if isinstance(outputs, Tensor):
-            return outputs
-        if box[0] is None:
-            return outputs
-        return tuple(_unflatten(outputs, box[0]))
+        box = [self, args, slots]  # _EagerAutograd.forward empties it (and leaves list layouts)
+        outputs = _apply_eager_autograd(box, *tensors)
+        if box:
+            return tuple(_unflatten(outputs, box[0]))
+        return outputs
 
     def __repr__(self) -> str:
         return f"fieldfuse.Op({self.spec.name!r})"

@@ -31,6 +31,7 @@ ops are differentiable themselves (double backward).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -38,7 +39,7 @@ from torch import Tensor
 
 from . import _kplanes_second_order as _second_order
 from . import _registry
-from ._backend import _C, check_tensor, dl, float_list, reduced_dtype, stream_of, workspace
+from ._backend import _C, check_tensor, dl, dls, float_list, reduced_dtype, stream_of, workspace
 
 __all__ = ["kplanes_tilted", "kplanes", "kplanes_tilted_taps", "kplanes_tilted_with_taps", "plane_tv"]
 
@@ -57,18 +58,29 @@ class _Function:
     geometry: tuple[str, ...]
     tap_arg: str | None = None
 
-    @property
+    # Cached: the impls read these on every call.
+    @functools.cached_property
     def tilted(self) -> bool:
         return "rotations" in self.geometry
 
-    @property
+    @functools.cached_property
     def has_points(self) -> bool:
         return self.tap_arg != "pts"
 
-    @property
+    @functools.cached_property
     def outputs(self) -> tuple[str, ...]:
         return (("features",) if self.has_points else ()) + (
             ("tap_features",) if self.tap_arg else ())
+
+    @functools.cached_property
+    def rotations_index(self) -> int | None:
+        """Where rotations sits in ``geometry`` (None: axis-aligned)."""
+        return self.geometry.index("rotations") if self.tilted else None
+
+    @functools.cached_property
+    def tap_index(self) -> int | None:
+        """Where the tap points sit in ``geometry`` (None: no taps)."""
+        return self.geometry.index(self.tap_arg) if self.tap_arg else None
 
     def role(self, arg: str) -> str:
         """The shared kernels' name for argument ``arg``: pts, tap_pts or rotations."""
@@ -84,41 +96,42 @@ _FUNCTIONS = (
 
 
 def _rows(t: Tensor) -> int:
-    # The C++ front validates every shape before it looks at the outputs; these allocation sizes
-    # need only be right for valid inputs, and must not fail first on invalid ones (a 0-d pts
-    # must reach the front's message, not an IndexError).
     return int(t.shape[0]) if t.dim() > 0 else 0
 
 
 def _num_features(planes: Sequence[Tensor], num_tilts: int) -> int:
-    return num_tilts * sum(int(p.shape[1]) if p.dim() > 1 else 0 for p in planes)
+    return num_tilts * sum([int(p.shape[1]) if p.dim() > 1 else 0 for p in planes])
 
 
 def _feature_outputs(fn: _Function, geometry, planes, features_dtype) -> list[Tensor]:
     """The uninitialised outputs (shared by the real and the fake impls)."""
-    by_role = {fn.role(arg): t for arg, t in zip(fn.geometry, geometry, strict=True)}
-    rotations = by_role.get("rotations")
-    tilts = 1 if rotations is None else (_rows(rotations) or 1)
-    f = _num_features(planes, tilts)
+    # The C++ front validates every shape before it looks at the outputs; these allocation sizes
+    # need only be right for valid inputs, and must not fail first on invalid ones (a 0-d pts
+    # must reach the front's message, not an IndexError): those take the careful helpers. Valid
+    # ones skip them (0.5 µs of the eager forward's host time, CPU).
     pts = geometry[0]
-    outputs = []
-    if fn.has_points:
-        outputs.append(pts.new_empty((_rows(pts), f), dtype=features_dtype))
-    if fn.tap_arg:
-        outputs.append(pts.new_empty((4, _rows(by_role["tap_pts"]), f), dtype=features_dtype))
-    return outputs
+    try:
+        rows = int(pts.shape[0])
+        f = sum([int(p.shape[1]) for p in planes])
+        if fn.rotations_index is not None:
+            f *= int(geometry[fn.rotations_index].shape[0]) or 1
+    except IndexError:
+        rows = _rows(pts)
+        rotations = None if fn.rotations_index is None else geometry[fn.rotations_index]
+        f = _num_features(planes, 1 if rotations is None else (_rows(rotations) or 1))
+    # Sizes as separate ints: torch parses them faster than a tuple (0.9 against 1.2 µs, CPU).
+    if fn.tap_arg is None:
+        return [pts.new_empty(rows, f, dtype=features_dtype)]
+    taps = pts.new_empty(4, _rows(geometry[fn.tap_index]), f, dtype=features_dtype)
+    return [pts.new_empty(rows, f, dtype=features_dtype), taps] if fn.has_points else [taps]
 
 
-def _gradient_outputs(geometry, planes, wants):
-    """Uninitialised gradients in their inputs' layouts; an unwanted one is an empty tensor (a
-    fresh one each: custom-op outputs must not alias each other)."""
-    grads = [torch.empty_like(t) if w else t.new_empty((0,)) for t, w in zip(geometry, wants)]
+def _gradient_outputs(geometry, planes, wants, absent):
+    """Uninitialised gradients in their inputs' layouts; an unwanted one is ``absent(input)``: an
+    empty tensor on the library path (a fresh one each: custom-op outputs must not alias each
+    other), None on the eager path (Note [op table], eager_impl; 1.3 µs each on CPU)."""
+    grads = [torch.empty_like(t) if w else absent(t) for t, w in zip(geometry, wants)]
     return grads, [torch.empty_like(p) for p in planes] if wants[-1] else []
-
-
-def _needs(flag) -> bool:
-    """needs_input_grad of one input: a bool, or a list of bools for a list of tensors."""
-    return any(flag) if isinstance(flag, (list, tuple)) else bool(flag)
 
 
 def _specs(fn: _Function) -> list[_registry.OpSpec]:
@@ -127,69 +140,76 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
     Forward: ``(*geometry, planes, [h], gates, features_dtype, deterministic) -> outputs``.
     Backward: ``(*grad_outputs, *geometry, planes, [h], gates, wants, deterministic) ->
     (*grad_geometry, grad_planes)``, ``wants`` one bool per geometry argument and one for planes.
+
+    The impls index their arguments at positions fixed here rather than unpacking them into
+    named groups: they run on every eager call, where each such step cost host time (Note
+    [eager argument plan] in _registry.py).
     """
     n_geo, n_out = len(fn.geometry), len(fn.outputs)
     has_h = fn.tap_arg is not None
+    # Argument positions after the geometry (and, in the backward, after the grad outputs).
+    i_planes, i_gates = n_geo, n_geo + 1 + has_h
     c_forward = getattr(_C, f"{fn.name}_forward")
     c_backward = getattr(_C, f"{fn.name}_backward")
     c_forward_workspace_size = getattr(_C, f"{fn.name}_forward_workspace_size")
     c_backward_workspace_size = getattr(_C, f"{fn.name}_backward_workspace_size")
 
-    def split(args):
-        """(geometry, planes, h option list, rest) of an op's arguments after the grad outputs."""
-        geometry, planes = list(args[:n_geo]), args[n_geo]
-        h = list(args[n_geo + 1:n_geo + 1 + has_h])
-        return geometry, planes, h, args[n_geo + 1 + has_h:]
-
     def forward(*args):
-        geometry, planes, h, (gates, features_dtype, _deterministic) = split(args)
-        outputs = _feature_outputs(fn, geometry, planes, features_dtype)
+        geometry, planes = args[:n_geo], args[i_planes]
+        outputs = _feature_outputs(fn, geometry, planes, args[i_gates + 1])
+        pts = geometry[0]
         # The staging copies of planes not in the fast layout (Note [plane staging]); a DLPack
         # capsule is consumed by the call it is passed to: one set per call.
-        size = c_forward_workspace_size(*[dl(t) for t in geometry], [dl(p) for p in planes])
-        scratch = workspace(size, geometry[0].device)
-        c_forward(*[dl(t) for t in geometry], [dl(p) for p in planes], *h, gates,
-                  *[dl(o) for o in outputs], dl(scratch), stream_of(geometry[0]))
+        size = c_forward_workspace_size(*dls(geometry), dls(planes))
+        scratch = workspace(size, pts.device)
+        c_forward(*dls(geometry), dls(planes), *args[n_geo + 1:i_gates + 1], *dls(outputs),
+                  dl(scratch), stream_of(pts))
         return outputs[0] if n_out == 1 else tuple(outputs)
 
     def forward_fake(*args):
-        geometry, planes, _, (_, features_dtype, _) = split(args)
-        outputs = _feature_outputs(fn, geometry, planes, features_dtype)
+        outputs = _feature_outputs(fn, args[:n_geo], args[i_planes], args[i_gates + 1])
         return outputs[0] if n_out == 1 else tuple(outputs)
 
-    def backward(*args):
-        grad_outputs = args[:n_out]
-        geometry, planes, h, (gates, wants, deterministic) = split(args[n_out:])
-        grads, grad_planes = _gradient_outputs(geometry, planes, wants)
-        # A DLPack capsule is consumed by the call it is passed to: one set per call.
-        size = c_backward_workspace_size(*[dl(t) for t in geometry], [dl(p) for p in planes],
-                                         wants[-1], deterministic)
-        scratch = workspace(size, geometry[0].device)
-        c_backward(*[dl(t) for t in geometry], [dl(p) for p in planes], *h, gates, *[dl(g) for g in grad_outputs],
-                   *[dl(g) if w else None for g, w in zip(grads, wants)],
-                   [dl(g) for g in grad_planes] if wants[-1] else None, deterministic,
-                   dl(scratch), stream_of(geometry[0]))
-        return (*grads, grad_planes)
+    def backward_with(absent):
+        """The backward impl; ``absent(input)`` stands for a gradient nobody asked for."""
+
+        def backward(*args):
+            grad_outputs, args = args[:n_out], args[n_out:]
+            geometry, planes, wants = args[:n_geo], args[i_planes], args[i_gates + 1]
+            grads, grad_planes = _gradient_outputs(geometry, planes, wants, absent)
+            pts, deterministic = geometry[0], args[i_gates + 2]
+            # A DLPack capsule is consumed by the call it is passed to: one set per call.
+            size = c_backward_workspace_size(*dls(geometry), dls(planes), wants[-1],
+                                             deterministic)
+            scratch = workspace(size, pts.device)
+            c_backward(*dls(geometry), dls(planes), *args[n_geo + 1:i_gates + 1],
+                       *dls(grad_outputs), *[dl(g) if w else None for g, w in zip(grads, wants)],
+                       dls(grad_planes) if wants[-1] else None, deterministic, dl(scratch),
+                       stream_of(pts))
+            return (*grads, grad_planes)
+
+        return backward
 
     def backward_fake(*args):
-        geometry, planes, _, (_, wants, _) = split(args[n_out:])
-        grads, grad_planes = _gradient_outputs(geometry, planes, wants)
+        args = args[n_out:]
+        grads, grad_planes = _gradient_outputs(args[:n_geo], args[i_planes], args[i_gates + 1],
+                                               _placeholder)
         return (*grads, grad_planes)
 
     def setup_context(ctx, inputs, output):
-        geometry, planes, h, (gates, _, deterministic) = split(inputs)
-        ctx.save_for_backward(*geometry, *planes)
-        ctx.h, ctx.gates, ctx.deterministic = h, gates, deterministic
+        ctx.save_for_backward(*inputs[:n_geo], *inputs[i_planes])
+        ctx.options = inputs[n_geo + 1:]  # [h], gates, features_dtype, deterministic
+
+    options = (None,) * (has_h + 3)  # no gradient for [h], gates, features_dtype, deterministic
+    backward_name = f"{fn.name}_backward"  # in _ops once every table is registered
 
     def gradient(ctx, *grad_outputs):
         saved = ctx.saved_tensors
-        geometry, planes = list(saved[:n_geo]), list(saved[n_geo:])
-        needs = _registry.needs_input_grad(ctx)
-        wants = [_needs(needs[i]) for i in range(n_geo + 1)]
-        options = (None,) * (has_h + 3)  # [h], gates, features_dtype, deterministic
-        if not any(wants):
+        geometry, planes = saved[:n_geo], list(saved[n_geo:])
+        wants = _registry.wants_input_grad(ctx)[:n_geo + 1]  # geometry, then planes
+        if True not in wants:
             return (None,) * n_geo + ([None] * len(planes),) + options
-        if any(g is None for g in grad_outputs):
+        if any([g is None for g in grad_outputs]):  # not `None in`: Tensor == None costs 10 µs
             # Only then: the outputs' shapes come from allocating them (features-sized: 75 MiB at
             # the tomography benchmark, 1.1 GiB at production), which every backward paid before.
             outputs = _feature_outputs(fn, geometry, planes, None)
@@ -197,16 +217,17 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
                 g if g is not None else torch.zeros_like(o, dtype=_grad_dtype(grad_outputs))
                 for g, o in zip(grad_outputs, outputs, strict=True)
             ]
-        result = _registry.call_in_backward(ctx, _ops[f"{fn.name}_backward"], *grad_outputs,
-                                            *geometry, planes, *ctx.h, ctx.gates, wants,
-                                            ctx.deterministic)
+        *h_gates, _, deterministic = ctx.options
+        result = _registry.call_in_backward(ctx, _ops[backward_name], *grad_outputs, *geometry,
+                                            planes, *h_gates, wants, deterministic)
+        # Unwanted gradients are None on the eager path, 0-element placeholders on the library's.
         grads = [g if w else None for g, w in zip(result[:n_geo], wants)]
-        return (*grads, result[n_geo] if wants[-1] else [None] * len(planes)) + options
+        return (*grads, result[n_geo] if wants[-1] else [None] * len(planes), *options)
 
     def setup_backward(ctx, inputs, output):
-        geometry, planes, h, (gates, wants, _) = split(inputs[n_out:])
-        ctx.save_for_backward(*inputs[:n_out], *geometry, *planes)
-        ctx.h, ctx.gates, ctx.wants = h, gates, wants
+        args = inputs[n_out:]
+        ctx.save_for_backward(*inputs[:n_out], *args[:n_geo], *args[i_planes])
+        ctx.h, ctx.gates, ctx.wants = args[n_geo + 1:i_gates], args[i_gates], args[i_gates + 1]
 
     def gradient_of_backward(ctx, *seeds):
         saved = ctx.saved_tensors
@@ -240,12 +261,22 @@ def _specs(fn: _Function) -> list[_registry.OpSpec]:
         ),
         # Double backward: exact, through a twice-differentiable PyTorch restatement of the math.
         _registry.OpSpec(
-            f"{fn.name}_backward", backward, backward_fake, setup_backward, gradient_of_backward,
+            f"{fn.name}_backward", backward_with(_placeholder), backward_fake,
+            setup_backward, gradient_of_backward,
             schema=f"({grads_schema}{geometry_schema}Tensor[] planes, {h_schema}float[]? gates, "
                    f"bool[] wants, bool deterministic) -> "
                    f"({', '.join('Tensor' for _ in fn.geometry)}, Tensor[])",
+            eager_impl=backward_with(_absent),
         ),
     ]
+
+
+def _placeholder(t: Tensor) -> Tensor:
+    return t.new_empty((0,))
+
+
+def _absent(t: Tensor) -> None:
+    return None
 
 
 def _grad_dtype(grad_outputs) -> torch.dtype:
@@ -262,16 +293,16 @@ def _level_terms(planes: list[Tensor]) -> Tensor:
 def _plane_tv_forward(planes: list[Tensor], num_tilts: int, norm: str) -> Tensor:
     out = _level_terms(planes)
     # A DLPack capsule is consumed by the call it is passed to: one set per call.
-    scratch = workspace(_C.plane_tv_workspace_size([dl(p) for p in planes]), planes[0].device)
-    _C.plane_tv_forward([dl(p) for p in planes], num_tilts, norm, dl(out), dl(scratch), stream_of(planes[0]))
+    scratch = workspace(_C.plane_tv_workspace_size(dls(planes)), planes[0].device)
+    _C.plane_tv_forward(dls(planes), num_tilts, norm, dl(out), dl(scratch), stream_of(planes[0]))
     return out
 
 
 def _plane_tv_backward(planes: list[Tensor], num_tilts: int, norm: str,
                        grad_out: Tensor) -> list[Tensor]:
     grads = [torch.empty_like(p) for p in planes]
-    _C.plane_tv_backward([dl(p) for p in planes], num_tilts, norm, dl(grad_out),
-                         [dl(g) for g in grads], stream_of(planes[0]))
+    _C.plane_tv_backward(dls(planes), num_tilts, norm, dl(grad_out), dls(grads),
+                         stream_of(planes[0]))
     return grads
 
 
@@ -304,6 +335,8 @@ _ops = _registry.register(
 
 # --- public functions -------------------------------------------------------------------------
 
+_FORWARD_OPS = {fn.name: _ops[f"{fn.name}_forward"] for fn in _FUNCTIONS}
+
 
 def _levels(op: str, planes) -> list[Tensor]:
     """The levels as a list of tensors: the outputs' shapes and dtype are read from them."""
@@ -318,8 +351,9 @@ def _levels(op: str, planes) -> list[Tensor]:
         ) from None
     if len(planes) == 0:  # the outputs' dtype and device come from planes[0]
         raise ValueError(f"{op}(): expected at least one level of planes, but got an empty list")
-    for i, p in enumerate(planes):
-        check_tensor(op, f"planes[{i}]", p)
+    if not all([isinstance(p, Tensor) for p in planes]):  # the argument's name only when needed
+        for i, p in enumerate(planes):
+            check_tensor(op, f"planes[{i}]", p)
     return planes
 
 
@@ -360,8 +394,9 @@ def _features_dtype(op: str, features_dtype, pts: Tensor, planes: list[Tensor]) 
 def _run(fn: _Function, geometry: list, planes, h, gates, features_dtype, deterministic):
     """Calls fn's forward op: Python checks only what allocating the outputs reads."""
     op = fn.name
-    for arg, t in zip(fn.geometry, geometry, strict=True):
-        check_tensor(op, arg, t)  # their shapes, dtype and device size the outputs
+    if not all([isinstance(t, Tensor) for t in geometry]):  # their shapes etc. size the outputs
+        for arg, t in zip(fn.geometry, geometry, strict=True):
+            check_tensor(op, arg, t)
     planes = _levels(op, planes)
     gates = _gates(op, gates, len(planes))
     h_option = []
@@ -372,7 +407,7 @@ def _run(fn: _Function, geometry: list, planes, h, gates, features_dtype, determ
             raise TypeError(f"{op}(): expected h to be a real number, but got {type(h).__name__}")
         h_option = [float(h) if isinstance(h, int) else h]
     fused_gates = gates if not isinstance(gates, Tensor) else None
-    outputs = _ops[f"{op}_forward"](
+    outputs = _FORWARD_OPS[op](
         *geometry, planes, *h_option, fused_gates,
         _features_dtype(op, features_dtype, geometry[0], planes),
         bool(deterministic) or torch.are_deterministic_algorithms_enabled(),

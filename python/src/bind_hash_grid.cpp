@@ -19,7 +19,7 @@ using namespace nb::literals;
 namespace fieldfuse::python {
 namespace {
 
-using Array = nb::ndarray<>;
+using Array = TensorArg;  // Note [DLPack exchange API]
 using OptionalArray = std::optional<Array>;
 using Release = nb::call_guard<nb::gil_scoped_release>;
 

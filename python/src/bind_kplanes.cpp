@@ -20,7 +20,7 @@ using namespace nb::literals;
 namespace fieldfuse::python {
 namespace {
 
-using Array = nb::ndarray<>;
+using Array = TensorArg;  // Note [DLPack exchange API]
 using OptionalArray = std::optional<Array>;
 using Release = nb::call_guard<nb::gil_scoped_release>;
 
@@ -28,10 +28,8 @@ std::vector<TensorRef> level_refs(const std::vector<Array>& arrays, const char* 
                                   const char* name) {
   std::vector<TensorRef> refs;
   refs.reserve(arrays.size());
-  for (std::size_t i = 0; i < arrays.size(); ++i) {
-    const std::string arg = std::string(name) + "[" + std::to_string(i) + "]";
-    refs.push_back(to_tensor_ref(arrays[i], op, arg.c_str()));
-  }
+  for (std::size_t i = 0; i < arrays.size(); ++i)
+    refs.push_back(to_tensor_ref(arrays[i], op, name, i));
   return refs;
 }
 

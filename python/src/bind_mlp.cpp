@@ -21,7 +21,7 @@ using namespace nb::literals;
 namespace fieldfuse::python {
 namespace {
 
-using Array = nb::ndarray<>;
+using Array = TensorArg;  // Note [DLPack exchange API]
 using OptionalArray = std::optional<Array>;
 using OptionalArrays = std::vector<OptionalArray>;
 
@@ -34,16 +34,12 @@ void check_count(const char* op, const char* arg, std::size_t count, std::size_t
   }
 }
 
-std::string indexed(const char* arg, std::size_t k) {
-  return std::string(arg) + "[" + std::to_string(k) + "]";
-}
-
 /// A list of optional per-layer tensors (absent entries stay default TensorRefs).
 std::vector<TensorRef> optional_refs(const OptionalArrays& arrays, const char* op,
                                      const char* arg) {
   std::vector<TensorRef> refs(arrays.size());
   for (std::size_t k = 0; k < arrays.size(); ++k) {
-    if (arrays[k]) refs[k] = to_tensor_ref(*arrays[k], op, indexed(arg, k).c_str());
+    if (arrays[k]) refs[k] = to_tensor_ref(*arrays[k], op, arg, k);
   }
   return refs;
 }
@@ -74,7 +70,7 @@ struct Network {
         output_activation(std::move(output_activation_name)) {
     x = to_tensor_ref(x_array, op, "x");
     for (std::size_t k = 0; k < weight_arrays.size(); ++k) {
-      weights.push_back(to_tensor_ref(weight_arrays[k], op, indexed("weights", k).c_str()));
+      weights.push_back(to_tensor_ref(weight_arrays[k], op, "weights", k));
     }
     // An empty list means no biases at all (the Python schema's Tensor[] cannot hold None).
     if (!bias_arrays.empty()) check_count(op, "biases", bias_arrays.size(), weights.size());
@@ -106,7 +102,7 @@ struct Grads {
     if (grad_weights && !grad_weights->empty()) {
       check_count(op, weights_arg, grad_weights->size(), layers);
       for (std::size_t k = 0; k < layers; ++k) {
-        weights.push_back(to_tensor_ref((*grad_weights)[k], op, indexed(weights_arg, k).c_str()));
+        weights.push_back(to_tensor_ref((*grad_weights)[k], op, weights_arg, k));
       }
       has_weights = true;
     }

@@ -16,7 +16,7 @@ using namespace nb::literals;
 namespace fieldfuse::python {
 namespace {
 
-using Array = nb::ndarray<>;
+using Array = TensorArg;  // Note [DLPack exchange API]
 using OptionalArray = std::optional<Array>;
 
 TensorRef ref(const OptionalArray& a, const char* op, const char* arg) {

@@ -16,7 +16,7 @@ using namespace nb::literals;
 namespace fieldfuse::python {
 namespace {
 
-using Array = nb::ndarray<>;
+using Array = TensorArg;  // Note [DLPack exchange API]
 using Release = nb::call_guard<nb::gil_scoped_release>;
 
 int num_weights(const std::vector<double>& weights) { return static_cast<int>(weights.size()); }

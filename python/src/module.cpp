@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The nanobind module fieldfuse._C: error translation, build facts and one bind_<family> per
-// family. It never imports torch: tensors arrive as DLPack capsules and streams as integers.
+// family. It never imports torch: tensors arrive through DLPack (Note [DLPack exchange API]) and
+// streams as integers.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
 #include "fieldfuse/core.h"
+#include "tensor_arg.h"
 
 namespace nb = nanobind;
 
@@ -15,7 +17,7 @@ void bind_mlp(nb::module_& m);
 void bind_project(nb::module_& m);
 void bind_render(nb::module_& m);
 void bind_tv(nb::module_& m);
-}
+}  // namespace fieldfuse::python
 
 NB_MODULE(_C, m) {
   m.doc() = "fieldfuse C++ core (DLPack in, no libtorch)";
@@ -54,6 +56,8 @@ NB_MODULE(_C, m) {
     return d;
   });
   m.def("cuda_device_count", &fieldfuse::cuda_device_count);
+  m.def("has_dlpack_exchange_api", &fieldfuse::python::has_dlpack_exchange_api, nb::arg("cls"),
+        "Whether tensors of type `cls` may be passed as they are, without DLPack capsules.");
 
   fieldfuse::python::bind_hash_grid(m);
   fieldfuse::python::bind_kplanes(m);

@@ -151,3 +151,70 @@ def test_call_in_backward_skips_the_path_checks_only_on_the_eager_path(monkeypat
     (grad,) = torch.autograd.grad(out.sum(), values, create_graph=True)
     assert calls == ["line_integral_backward"]  # the library path calls the op as before
     torch.testing.assert_close(grad, deltas[:, None].expand(5, 2), rtol=0, atol=0)
+
+
+def _plan_table(name, seen):
+    """A toy op over every argument kind of Note [eager argument plan]:
+    ``x * s + y + Σ_i zs[i]`` (all ``[n]``; y may be None); the formula records the
+    ``needs_input_grad`` and ``wants_input_grad`` it saw in ``seen``."""
+
+    def run(x, y, zs, s):
+        out = x * s if y is None else x * s + y
+        for z in zs:
+            out = out + z
+        return out
+
+    def setup_context(ctx, inputs, output):
+        x, y, zs, s = inputs
+        ctx.has_y, ctx.num_zs, ctx.s = y is not None, len(zs), s
+
+    def backward(ctx, grad):
+        needs = _registry.needs_input_grad(ctx)
+        seen.append((needs, _registry.wants_input_grad(ctx)))
+        return (grad * ctx.s if needs[0] else None, grad if ctx.has_y and needs[1] else None,
+                [grad if need else None for need in needs[2]], None)
+
+    return _registry.register([_registry.OpSpec(
+        name, run, lambda x, y, zs, s: torch.empty_like(x), setup_context, backward,
+        schema="(Tensor x, Tensor? y, Tensor[] zs, float s) -> Tensor",
+    )])[name]
+
+
+@pytest.mark.parametrize("has_y", [False, True])
+@pytest.mark.parametrize("num_zs", [0, 1, 3])
+def test_argument_plan_follows_each_call_on_both_paths(has_y, num_zs):
+    # The plan is fixed per op; the slots (which list is how long, whether an optional tensor is
+    # there) are each call's own, so calls of different shapes in a row must not share them.
+    seen = []
+    op = _plan_table(f"registry_test_plan_{int(has_y)}_{num_zs}", seen)
+    for length in (num_zs, num_zs + 2, num_zs):  # a longer list in between
+        x = torch.rand(4, dtype=torch.float64, requires_grad=True)
+        y = torch.rand(4, dtype=torch.float64, requires_grad=True) if has_y else None
+        zs = [torch.rand(4, dtype=torch.float64, requires_grad=i % 2 == 0) for i in range(length)]
+        results = []
+        for call in (op, op.custom_op):
+            seen.clear()
+            out = call(x, y, zs, 3.0)
+            inputs = [x] + ([y] if has_y else []) + [z for z in zs if z.requires_grad]
+            grads = torch.autograd.grad((out * torch.arange(4.0)).sum(), inputs)
+            results.append((out, grads, seen[0]))
+        (eager, eager_grads, (eager_needs, eager_wants)), \
+            (library, library_grads, (library_needs, library_wants)) = results
+        assert type(eager.grad_fn).__name__ == "_EagerAutogradBackward"
+        torch.testing.assert_close(eager, library, rtol=0, atol=0)
+        for a, b in zip(eager_grads, library_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert eager_needs == (True, has_y, [i % 2 == 0 for i in range(length)], False)
+        assert tuple(library_needs[:2]) == eager_needs[:2]
+        assert list(library_needs[2]) == eager_needs[2]
+        wants = [True, has_y, length > 0, False]  # zs[0] needs a gradient, zs[1] not, ...
+        assert eager_wants == library_wants == wants
+
+
+def test_arguments_that_do_not_fit_the_plan_take_the_library_path():
+    op = _plan_table("registry_test_plan_misfit", [])
+    x = torch.rand(4, dtype=torch.float64)
+    with pytest.raises((TypeError, RuntimeError)):
+        op(x, None, x, 1.0)  # a tensor where the schema has Tensor[]: torch's own schema error
+    with pytest.raises((TypeError, RuntimeError)):
+        op(x, None, [x])  # an argument short
