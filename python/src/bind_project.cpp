@@ -16,7 +16,7 @@ using namespace nb::literals;
 namespace fieldfuse::python {
 namespace {
 
-using Array = nb::ndarray<>;
+using Array = TensorArg;  // Note [DLPack exchange API]
 using OptionalArray = std::optional<Array>;
 using Projector = void (*)(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&,
                            Stream);
