@@ -2,12 +2,10 @@
 """The layout table of bench_kplanes.py: each K-Planes function with NCHW planes against the same
 call with channels-last planes (issue 12's target: NCHW within 15% of channels-last).
 
-Every function that takes planes, fp32 and bf16, forward and forward+backward, at both configs
-(kplanes_tilted, plane_tv) or the tomography one (kplanes, kplanes_tilted_taps,
-kplanes_tilted_with_taps); CUDA-event medians over inputs rotated past the cache, as the kernel
-table. On CUDA each call is also replayed from a CUDA graph (device time): the short calls' eager
-times carry host overhead that varies from run to run, so the target is judged on the graphed
-times where there are some.
+Every function that takes planes, fp32 and bf16, forward and forward+backward, at both configs;
+CUDA-event medians over inputs rotated past the cache, as the kernel table. On CUDA each call is
+also replayed from a CUDA graph (device time): the short calls' eager times carry host overhead
+that varies from run to run, so the target is judged on the graphed times where there are some.
 """
 
 from __future__ import annotations
@@ -46,15 +44,13 @@ def _planes3(s) -> list[torch.Tensor]:
 
 FUNCTIONS = (
     Function("kplanes_tilted", lambda s: fieldfuse.kplanes_tilted(s.pts, s.rotations, s.planes)),
-    Function("kplanes", lambda s: fieldfuse.kplanes(s.pts, _planes3(s)), ("tomography",)),
+    Function("kplanes", lambda s: fieldfuse.kplanes(s.pts, _planes3(s))),
     Function("kplanes_tilted_taps",
              lambda s: fieldfuse.kplanes_tilted_taps(s.pts[: s.pts.shape[0] // TAP_FRACTION],
-                                                     s.rotations, s.planes, H),
-             ("tomography",)),
+                                                     s.rotations, s.planes, H)),
     Function("kplanes_tilted_with_taps",
              lambda s: fieldfuse.kplanes_tilted_with_taps(
-                 s.pts, s.pts[: s.pts.shape[0] // TAP_FRACTION], s.rotations, s.planes, H),
-             ("tomography",)),
+                 s.pts, s.pts[: s.pts.shape[0] // TAP_FRACTION], s.rotations, s.planes, H)),
     Function("plane_tv", lambda s: fieldfuse.plane_tv(s.planes, s.rotations.shape[0])),
 )
 

@@ -29,23 +29,47 @@ constexpr int kMaxTileChannels = 32;
 // c·(TS + 32/TC) + s, which fall on 32 distinct 4-byte banks since TS is a multiple of 32. That
 // holds for 32-bit elements in tiles holding exactly TC channels; a C that is not a power of two
 // (or the last 16 channels of C = 48) leaves 2- to 4-way conflicts, cheap next to DRAM traffic.
+// A C above 32 that is a multiple of 16 but not of 32 (48, 80, ...) takes TC = 16, so every tile
+// is full; full tiles split their linear index with shifts instead of two integer divisions per
+// element, which had left the staging of the production config's planes (C = 48) at about half
+// the copy bandwidth (H100: `kplanes` production forward 1.15× with NCHW planes, 2026-11-24).
 
 struct TileShape {
   int64_t channel_tiles = 0, cell_tiles = 0;  ///< tiles per plane along C and along H·W
   int tile_channels = 0, tile_cells = 0, pitch = 0;
-  bool flat = false;  ///< PlaneLayout::cell_offset without a division
+  int channels_log2 = 0, cells_log2 = 0;  ///< of tile_channels and tile_cells (powers of two)
+  bool flat = false;                      ///< PlaneLayout::cell_offset without a division
 };
+
+int log2_of(int power_of_two) {
+  int log2 = 0;
+  while ((1 << log2) < power_of_two) ++log2;
+  return log2;
+}
 
 TileShape tile_shape(const PlaneLayout& v) {
   TileShape t;
   t.tile_channels = 1;
   while (t.tile_channels < v.channels && t.tile_channels < kMaxTileChannels) t.tile_channels *= 2;
+  if (v.channels > kMaxTileChannels && v.channels % kMaxTileChannels != 0 &&
+      v.channels % (kMaxTileChannels / 2) == 0) {
+    t.tile_channels = kMaxTileChannels / 2;  // full tiles (Note [transpose tiles])
+  }
   t.tile_cells = kTileElems / t.tile_channels;
+  t.channels_log2 = log2_of(t.tile_channels);
+  t.cells_log2 = log2_of(t.tile_cells);
   t.pitch = t.tile_cells + kMaxTileChannels / t.tile_channels;
   t.channel_tiles = cuda::ceil_div(v.channels, t.tile_channels);
   t.cell_tiles = cuda::ceil_div(v.cells(), t.tile_cells);
   t.flat = v.rows_are_flat();
   return t;
+}
+
+/// i = major·inner + minor; by shifts when `inner` is the tile's full power-of-two extent.
+__device__ FF_FORCE_INLINE void split(int i, int inner, int inner_log2, bool full, int& major,
+                                      int& minor) {
+  major = full ? i >> inner_log2 : i / inner;
+  minor = i - major * inner;
 }
 
 /// Strided <-> dense transpose, one tile per block iteration (Note [transpose tiles]). `src` and
@@ -65,27 +89,32 @@ __global__ void __launch_bounds__(kThreads)
     const int nc = static_cast<int>(min(static_cast<int64_t>(t.tile_channels), channels - c0));
     const int ns = static_cast<int>(min(static_cast<int64_t>(t.tile_cells), cells - s0));
     const int n = nc * ns;
+    const bool full_cells = ns == t.tile_cells, full_channels = nc == t.tile_channels;
     const int64_t strided_base = p * v.stride_p + c0 * v.stride_c;
     const int64_t dense_base = channels_last_index(p, c0, s0, cells, channels);
     if constexpr (kToChannelsLast) {
       for (int i = threadIdx.x; i < n; i += kThreads) {
-        const int c = i / ns, s = i - c * ns;
+        int c, s;
+        split(i, ns, t.cells_log2, full_cells, c, s);
         tile[c * t.pitch + s] =
             convert(src[strided_base + c * v.stride_c + v.cell_offset(s0 + s, t.flat)]);
       }
       __syncthreads();
       for (int i = threadIdx.x; i < n; i += kThreads) {
-        const int s = i / nc, c = i - s * nc;
+        int s, c;
+        split(i, nc, t.channels_log2, full_channels, s, c);
         dst[dense_base + s * channels + c] = tile[c * t.pitch + s];
       }
     } else {
       for (int i = threadIdx.x; i < n; i += kThreads) {
-        const int s = i / nc, c = i - s * nc;
+        int s, c;
+        split(i, nc, t.channels_log2, full_channels, s, c);
         tile[c * t.pitch + s] = convert(src[dense_base + s * channels + c]);
       }
       __syncthreads();
       for (int i = threadIdx.x; i < n; i += kThreads) {
-        const int c = i / ns, s = i - c * ns;
+        int c, s;
+        split(i, ns, t.cells_log2, full_cells, c, s);
         dst[strided_base + c * v.stride_c + v.cell_offset(s0 + s, t.flat)] = tile[c * t.pitch + s];
       }
     }

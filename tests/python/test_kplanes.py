@@ -905,7 +905,7 @@ def test_size_one_plane_axes(device, levels, rng, tolerances):
         )
 
 
-@pytest.mark.parametrize("channels", [1, 3, 4, 5, 6, 8, 12])
+@pytest.mark.parametrize("channels", [1, 3, 4, 5, 6, 8, 12, 48])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("device", DEVICES)
