@@ -233,6 +233,13 @@ inline int64_t level_groups(const Problem& pb) {
   return (static_cast<int64_t>(pb.levels.size()) + kMaxLevelsPerLaunch - 1) / kMaxLevelsPerLaunch;
 }
 
+/// log2 of `count` lanes rounded up to a power of two, at most a warp.
+inline int warp_lanes_log2(int64_t count) {
+  int log2 = 0;
+  while (log2 < 5 && (int64_t{1} << log2) < count) ++log2;
+  return log2;
+}
+
 /// log2 of the lanes per (slot, tilt) group (Note [lanes]), from the 4-channel chunks of the
 /// widest level: the largest power of two (at most a warp) that divides them, so no lane idles,
 /// unless that leaves a lane more than 4 chunks; then one lane per chunk, rounded up to a power of
@@ -246,9 +253,7 @@ inline int lanes_log2(const Problem& pb) {
   int divisor_log2 = 0;
   while (divisor_log2 < 5 && chunks % (int64_t{2} << divisor_log2) == 0) ++divisor_log2;
   if (chunks <= (int64_t{4} << divisor_log2)) return divisor_log2;
-  int log2 = 0;
-  while (log2 < 5 && (int64_t{1} << log2) < chunks) ++log2;
-  return log2;
+  return warp_lanes_log2(chunks);
 }
 
 inline int64_t slot_blocks(const Problem& pb) {

@@ -269,9 +269,7 @@ void sum_runs(const Problem& pb, const GatherBuffers& buf, std::size_t l, int64_
   using T = compute_t<S>;
   const PlaneView& v = pb.levels[l].view;
   // Lanes per entry: one per 4-channel chunk, rounded up to a power of two, at most a warp.
-  const int64_t chunks = cuda::ceil_div(v.channels, kLanes);
-  int chunk_log2 = 0;
-  while (chunk_log2 < 5 && (int64_t{1} << chunk_log2) < chunks) ++chunk_log2;
+  const int chunk_log2 = warp_lanes_log2(cuda::ceil_div(v.channels, kLanes));
   // Slots per cell: about one per 4 entries of the mean run, at most what fills a warp. Short runs
   // (a fine level) want few: the butterfly costs as much as the run (2.3 shuffles per entry at
   // one slot per entry and 15-entry runs). A function of the shapes only, so the summation order
