@@ -41,18 +41,25 @@ constexpr int kVoxelThreads = kWarp * kVoxelRows;
 /// Back projection: resident blocks per SM (64 registers a thread; the shared memory, 31 KiB in
 /// float32, 45 KiB in float64, allows 7 or 5).
 constexpr int kVoxelMinBlocks = 4;
-/// Poses per shared-memory chunk of the back projection, one per thread of the first half of the
-/// block: the geometry costs a thread a few microseconds of float64 work while the block waits,
-/// so it is built for many projections at once (21 KiB of shared memory in float64).
-constexpr int kChunk = 128;
-/// Projections per chunk of corner runs: as many as keep the block's static shared memory (the
-/// chunk's geometry and the runs of 8 × 8 rows and 32 columns a projection) under 46 KiB: 17 in
-/// float32, 8 in float64 with 32-bit indices.
+/// Poses per shared-memory chunk of the back projection, one per thread of the first quarter of
+/// the block: the geometry costs a thread a few microseconds of float64 work while the block
+/// waits, so it is built for many projections at once.
+constexpr int kChunk = 64;
+/// Rows of row values a block keeps per projection (Note [corner runs]): its 8 (z) × 8 (y) voxels
+/// reach at most 7·(|cos| + |sin|)·1.25 + 3 < 16 detector rows in a `runs` projection (detectors
+/// at most 1.25 times finer); a projection whose rows do not fit takes the direct sum.
+constexpr int kWindowRows = 20;
+/// Projections per chunk of corner runs and row values: as many as keep the block's static
+/// shared memory (the chunk's geometry; per projection the runs of 8 × 8 rows and 32 columns,
+/// the window's first row and size, and kWindowRows × 32 row values) under 46 KiB, at most one
+/// per warp (a warp finds a projection's window): 8 in float32, 3 in float64.
 template <class T, class I>
 struct RunChunk {
-  static constexpr int value =
+  static constexpr int fit =
       static_cast<int>((46 * 1024 - sizeof(Geometry<T>) * kChunk) /
-                       (sizeof(CornerRun<T, I>) * (kVoxelRows * kTileRows + kWarp)));
+                       (sizeof(CornerRun<T, I>) * (kVoxelRows * kTileRows + kWarp) + sizeof(I) +
+                        sizeof(int) + sizeof(T) * kWindowRows * kWarp));
+  static constexpr int value = fit < kVoxelRows ? fit : kVoxelRows;
   static_assert(value >= 1, "no room for corner runs");
 };
 
@@ -154,9 +161,13 @@ __global__ void __launch_bounds__(kVoxelThreads, kVoxelMinBlocks)
   constexpr int kRuns = RunChunk<T, I>::value;
   __shared__ Geometry<T> shared[kChunk];
   // Note [corner runs]: the row runs of the block's 8 × 8 (z, y) voxels and the column runs of its
-  // 32 x voxels, for kRuns projections at a time.
+  // 32 x voxels, then the window of rows those row runs reach, and its row values, for kRuns
+  // projections at a time.
   __shared__ CornerRun<T, I> row_runs[kRuns][kVoxelRows][kTileRows];
   __shared__ CornerRun<T, I> column_runs[kRuns][kWarp];
+  __shared__ I window_first[kRuns];
+  __shared__ int window_rows[kRuns];  ///< 0: no row reached; > kWindowRows: no window, direct sums
+  __shared__ T row_values[kRuns][kWindowRows][kWarp];
   const T* __restrict__ projections = static_cast<const T*>(a.projections.data);
   T* __restrict__ volume = static_cast<T*>(a.volume.data);
   const int64_t height = a.height(), width = a.width();
@@ -187,12 +198,13 @@ __global__ void __launch_bounds__(kVoxelThreads, kVoxelMinBlocks)
             make_geometry<T>(load_pose<T>(a, first + threadIdx.x), a.volume.sizes, height, width);
       }
       for (int sub = 0; sub < chunk; sub += kRuns) {
-        __syncthreads();  // the geometry is written, the previous runs are used
-        // The runs of this sub-chunk's `runs` projections, shared out over the block's threads.
+        const int last = chunk - sub < kRuns ? chunk - sub : kRuns;
+        __syncthreads();  // the geometry is written, the previous runs and row values are used
+        // The runs of this sub-chunk's projections, shared out over the block's threads.
         for (int t = static_cast<int>(threadIdx.x); t < kRuns * (kVoxelRows * kTileRows + kWarp);
              t += kVoxelThreads) {
           const int e = t % kRuns, item = t / kRuns;
-          if (sub + e >= chunk) continue;
+          if (e >= last) continue;
           const Geometry<T>& g = shared[sub + e];
           if (!g.runs) continue;
           if (item < kVoxelRows * kTileRows) {
@@ -207,21 +219,69 @@ __global__ void __launch_bounds__(kVoxelThreads, kVoxelMinBlocks)
           }
         }
         __syncthreads();
+        // Warp e finds the window of rows projection e's row runs reach (two runs a lane).
+        if (warp < last && shared[sub + warp].runs) {
+          const CornerRun<T, I>* runs = &row_runs[warp][0][0];
+          I low = 0, high = 0;  // [low, high): rows reached; empty while low == high == 0
+          bool any = false;
+          for (int s = lane; s < kVoxelRows * kTileRows; s += kWarp) {
+            const CornerRun<T, I> run = runs[s];
+            if (run.count == 0) continue;
+            low = any ? min(low, run.first) : run.first;
+            high = any ? max(high, static_cast<I>(run.first + run.count)) : run.first + run.count;
+            any = true;
+          }
+          for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+            const I other_low = __shfl_xor_sync(0xffffffffu, low, offset);
+            const I other_high = __shfl_xor_sync(0xffffffffu, high, offset);
+            const bool other_any = __shfl_xor_sync(0xffffffffu, any, offset);
+            if (other_any) {
+              low = any ? min(low, other_low) : other_low;
+              high = any ? max(high, other_high) : other_high;
+              any = true;
+            }
+          }
+          if (lane == 0) {
+            window_first[warp] = low;
+            window_rows[warp] = any ? static_cast<int>(high - low) : 0;
+          }
+        }
+        __syncthreads();
+        // The row values of every window row and x voxel (Note [corner runs]).
+        for (int t = static_cast<int>(threadIdx.x); t < kRuns * kWindowRows * kWarp;
+             t += kVoxelThreads) {
+          const int l = t % kWarp, row = (t / kWarp) % kWindowRows, e = t / (kWarp * kWindowRows);
+          if (e >= last || !shared[sub + e].runs || row >= window_rows[e] ||
+              window_rows[e] > kWindowRows || x0 + l >= vol.sizes[2]) {
+            continue;
+          }
+          const T* p = projections + static_cast<I>(first + sub + e) * in.strides[0];
+          row_values[e][row][l] = column_sum(
+              column_runs[e][l], static_cast<I>(window_first[e] + row),
+              [&](I i, I j) { return __ldg(p + (i * in.strides[1] + j * in.strides[2])); });
+        }
+        __syncthreads();
         if (!z_inside || !x_inside) continue;
-        const int last = chunk - sub < kRuns ? chunk - sub : kRuns;
         for (int e = 0; e < last; ++e) {  // projections in order m = 0 … n − 1
           const Geometry<T>& g = shared[sub + e];
           const T* p = projections + static_cast<I>(first + sub + e) * in.strides[0];
           if (g.runs) {  // uniform over the block: Note [tilt path]
-            const CornerRun<T, I> columns = column_runs[e][lane];
             const T delta = g.delta;
-            const auto load = [&](I i, I j) {
-              return __ldg(p + (i * in.strides[1] + j * in.strides[2]));
-            };
+            if (window_rows[e] <= kWindowRows) {
+              const I origin = window_first[e];
+              const auto row_value = [&](I i) { return row_values[e][i - origin][lane]; };
 #pragma unroll
-            for (int r = 0; r < kTileRows; ++r) {
-              if (r < rows) {
-                total[r] += delta * run_sum(row_runs[e][warp][r], columns, load);
+              for (int r = 0; r < kTileRows; ++r) {
+                if (r < rows) total[r] += delta * row_sum(row_runs[e][warp][r], row_value);
+              }
+            } else {
+              const CornerRun<T, I> columns = column_runs[e][lane];
+              const auto load = [&](I i, I j) {
+                return __ldg(p + (i * in.strides[1] + j * in.strides[2]));
+              };
+#pragma unroll
+              for (int r = 0; r < kTileRows; ++r) {
+                if (r < rows) total[r] += delta * run_sum(row_runs[e][warp][r], columns, load);
               }
             }
           } else {

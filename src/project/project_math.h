@@ -97,10 +97,14 @@ namespace fieldfuse::detail::project {
 // is one run of consecutive pixels. When the candidate boxes hold at most three pixels per axis
 // (reach ≤ kRunReach: detectors at most about 1.25 times finer than the volume; `runs`), each run
 // is found by testing the box's pixels with the forward's index and corner rule (corner_run), and
-// the voxel's value is Σ over rows, then columns, of (wb·wc)·P: the very terms, weights and order
-// of the general loop, so the sum is the same bits. The CUDA back projection computes each row
-// run once per block and projection (shared by 32 x voxels), each column run once per block and
-// projection (shared by 64 (z, y) voxels), and spends the rest on the terms.
+// the voxel's value is Σ_r wb_r·(Σ_q wc_q·P[i_r, j_q]): the general loop's pixels and weights,
+// factored by rows (a unit pixel gives the same bits, so A and Aᵀ stay exact transposes; other
+// sums differ from the general loop's order by rounding). The factoring is what makes the CUDA
+// back projection cheap: the row values Σ_q wc_q·P[i, j_q] depend on (i, ic) only, so a block
+// computes each once per projection for its 32 x voxels and the rows its 8 × 8 (z, y) voxels
+// reach, and each voxel then spends a shared-memory read and an FMA per row of its run. Row runs
+// are computed once per block and projection (shared by 32 x voxels), column runs once per block
+// and projection (shared by the row values).
 //
 // Note [integer floors]
 // floor_to gives floor(x) as T and as the index type. On the device with 32-bit indices it adds
@@ -740,20 +744,36 @@ FF_HOST_DEVICE FF_FORCE_INLINE CornerRun<T, I> column_run(const Geometry<T>& g, 
   return corner_run<T, I>(first, last, ic, [&](T j) { return sample_index(g.c, j, T(0), T(0)); });
 }
 
-/// Σ (wb·wc)·load(i, j) over a row run and a column run, rows outer: the general loop's terms in
-/// its order (Note [corner runs]).
+/// Σ_q wc_q·load(i, j_q) over a column run: one detector row's pixels as voxel ic sees them
+/// (Note [corner runs]). The CUDA back projection keeps these row values of a block's x voxels
+/// in shared memory and reuses each for every (k, ib) voxel whose row run holds row i.
 template <class T, class I, class Load>
-FF_HOST_DEVICE FF_FORCE_INLINE T run_sum(const CornerRun<T, I>& rows,
-                                         const CornerRun<T, I>& columns, const Load& load) {
+FF_HOST_DEVICE FF_FORCE_INLINE T column_sum(const CornerRun<T, I>& columns, I i, const Load& load) {
+  T sum = T(0);
+  for (int q = 0; q < 3; ++q) {
+    if (q >= columns.count) break;
+    sum += columns.w[q] * load(i, columns.first + q);
+  }
+  return sum;
+}
+
+/// Σ_r wb_r·row_value(i_r) over a row run, rows in order.
+template <class T, class I, class RowValue>
+FF_HOST_DEVICE FF_FORCE_INLINE T row_sum(const CornerRun<T, I>& rows, const RowValue& row_value) {
   T sum = T(0);
   for (int r = 0; r < 3; ++r) {
     if (r >= rows.count) break;
-    for (int q = 0; q < 3; ++q) {
-      if (q >= columns.count) break;
-      sum += (rows.w[r] * columns.w[q]) * load(rows.first + r, columns.first + q);
-    }
+    sum += rows.w[r] * row_value(rows.first + r);
   }
   return sum;
+}
+
+/// Σ_r wb_r·(Σ_q wc_q·load(i_r, j_q)) over a row run and a column run (Note [corner runs]): the
+/// general loop's terms, factored by rows.
+template <class T, class I, class Load>
+FF_HOST_DEVICE FF_FORCE_INLINE T run_sum(const CornerRun<T, I>& rows,
+                                         const CornerRun<T, I>& columns, const Load& load) {
+  return row_sum(rows, [&](I i) { return column_sum(columns, i, load); });
 }
 
 /// The back projection of one projection onto voxel (k, ib, ic) (indices along a, b, c):
