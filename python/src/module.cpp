@@ -17,6 +17,7 @@ void bind_mlp(nb::module_& m);
 void bind_optim(nb::module_& m);
 void bind_project(nb::module_& m);
 void bind_render(nb::module_& m);
+void bind_tomo_kplanes(nb::module_& m);
 void bind_tv(nb::module_& m);
 }  // namespace fieldfuse::python
 
@@ -66,5 +67,6 @@ NB_MODULE(_C, m) {
   fieldfuse::python::bind_optim(m);
   fieldfuse::python::bind_project(m);
   fieldfuse::python::bind_render(m);
+  fieldfuse::python::bind_tomo_kplanes(m);
   fieldfuse::python::bind_tv(m);
 }
