@@ -123,9 +123,15 @@ def test_cpu_cuda_parity(cuda_graph):
 
 @cuda_only
 def test_cuda_graph_replay_matches_eager():
+    """Graphs are captured only on a non-default stream (the legacy default stream cannot be
+    captured), so both runs go on a side stream."""
     stack, angles = ball_stack(5, 16).cuda(), angles_of(5)
     options = {**SMALL, "resolutions": [16], "iterations": 10}
-    eager, re = run(stack, angles, {**options, "cuda_graph": False}, device="cuda")
-    graph, rg = run(stack, angles, {**options, "cuda_graph": True}, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager, re = run(stack, angles, {**options, "cuda_graph": False}, device="cuda")
+        graph, rg = run(stack, angles, {**options, "cuda_graph": True}, device="cuda")
+    torch.cuda.current_stream().wait_stream(side)
     # With deterministic plane gradients a replayed step does exactly what the eager one does.
     assert rg["losses"] == re["losses"] and torch.equal(graph, eager)
