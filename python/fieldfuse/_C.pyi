@@ -1,6 +1,6 @@
 """fieldfuse C++ core (DLPack in, no libtorch)"""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from numpy.typing import NDArray
 
@@ -76,6 +76,10 @@ def mlp_double_backward_workspace_size(x: NDArray, weights: Sequence[NDArray], b
 
 def mlp_double_backward(x: NDArray, weights: Sequence[NDArray], biases: Sequence[NDArray | None], activation: str, output_activation: str, softplus_beta: float, sine_omega0: float, leaky_slope: float, compute_dtype: str | None, grad_out: NDArray, grad_grad_x: NDArray, grad_grad_weights: Sequence[NDArray] | None, grad_grad_biases: Sequence[NDArray | None] | None, grad_grad_out: NDArray | None, grad_x: NDArray | None, grad_weights: Sequence[NDArray] | None, grad_biases: Sequence[NDArray | None] | None, workspace: NDArray, stream: int) -> None: ...
 
+def adam_workspace_size(params: Sequence[NDArray]) -> int: ...
+
+def adam_step(params: Sequence[NDArray], grads: Sequence[NDArray], exp_avgs: Sequence[NDArray], exp_avg_sqs: Sequence[NDArray], lrs: Sequence[float], beta1: float, beta2: float, eps: float, weight_decay: float, max_grad_norm: float, total_steps: int, step: NDArray, grad_norm_out: NDArray | None, workspace: NDArray, stream: int) -> None: ...
+
 def project_forward(volume: NDArray, rotations: NDArray, shifts: NDArray | None, projections: NDArray, stream: int) -> None: ...
 
 def backproject_forward(projections: NDArray, rotations: NDArray, shifts: NDArray | None, volume: NDArray, stream: int) -> None: ...
@@ -113,6 +117,11 @@ def sirt(projections: NDArray, rotations: NDArray, shifts: NDArray | None, itera
 def fbp_workspace_size(projections: NDArray, volume: NDArray) -> int: ...
 
 def fbp(projections: NDArray, rotations: NDArray, shifts: NDArray | None, filter: str, volume: NDArray, workspace: NDArray, stream: int) -> None: ...
+
+def kplanes_reconstruct(stack: NDArray, angles: Sequence[float], volume: NDArray, options: dict, stream: int, progress: Callable[[int, float], None] | None = None, log_every: int = 1, max_steps: int = -1, chunk_points: int = 262144, resume_from: str | None = None, checkpoint: str | None = None) -> dict:
+    """
+    K-Planes tomography reconstruction (docs/tomo_kplanes.md): trains on `stack [n, H, W]` with tilt `angles` (degrees), writes the density into `volume [D, H, W]` (whose device is the training device) and returns a report dict (losses, timings, poses). Trains from step 0 or the `resume_from` checkpoint up to the options' iteration count (at most `max_steps` steps when >= 0), logging the loss every `log_every` steps (0: only at the end, no per-step synchronisation), then saves `checkpoint` if given.
+    """
 
 def tv_sq_3d_workspace_size(vol: NDArray) -> int: ...
 

@@ -14,9 +14,11 @@ namespace fieldfuse::python {
 void bind_hash_grid(nb::module_& m);
 void bind_kplanes(nb::module_& m);
 void bind_mlp(nb::module_& m);
+void bind_optim(nb::module_& m);
 void bind_project(nb::module_& m);
 void bind_render(nb::module_& m);
 void bind_tomo(nb::module_& m);
+void bind_tomo_kplanes(nb::module_& m);
 void bind_tv(nb::module_& m);
 }  // namespace fieldfuse::python
 
@@ -63,8 +65,10 @@ NB_MODULE(_C, m) {
   fieldfuse::python::bind_hash_grid(m);
   fieldfuse::python::bind_kplanes(m);
   fieldfuse::python::bind_mlp(m);
+  fieldfuse::python::bind_optim(m);
   fieldfuse::python::bind_project(m);
   fieldfuse::python::bind_render(m);
   fieldfuse::python::bind_tomo(m);
+  fieldfuse::python::bind_tomo_kplanes(m);
   fieldfuse::python::bind_tv(m);
 }
