@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -97,6 +98,22 @@ void OutputStream::write(const void* data, std::size_t bytes) {
     if (put < 0) throw runtime_error("cannot write '" + path_ + "': " + reason(errno));
     in += put;
     bytes -= static_cast<std::size_t>(put);
+  }
+}
+
+void OutputStream::write_float32_le(const float* values, std::int64_t count) {
+  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+  std::vector<std::uint8_t> chunk;
+  for (std::int64_t first = 0; first < count; first += kChunk) {
+    const std::int64_t n = std::min(kChunk, count - first);
+    chunk.resize(static_cast<std::size_t>(n) * sizeof(float));
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &values[first + i], sizeof(bits));
+      for (int b = 0; b < 4; ++b)
+        chunk[static_cast<std::size_t>(4 * i + b)] = static_cast<std::uint8_t>(bits >> (8 * b));
+    }
+    write(chunk.data(), chunk.size());
   }
 }
 

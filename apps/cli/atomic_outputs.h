@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -18,6 +19,9 @@ class OutputStream {
   /// Writes all `bytes`; a failure (a full disk, a file-size limit) is a runtime error (exit 1)
   /// naming the final path and the system's reason.
   void write(const void* data, std::size_t bytes);
+  /// Writes `count` floats as little-endian IEEE binary32 (the byte order of .npy '<f4' and of the
+  /// MRC files we write) whatever the host's order, in chunks, without a copy of the whole array.
+  void write_float32_le(const float* values, std::int64_t count);
 
  private:
   int fd_;
