@@ -32,6 +32,8 @@ compgen -G '/usr/include/*tiffio.h' >/dev/null || compgen -G '/usr/include/*/tif
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 command -v tiffcp >/dev/null || need+=(libtiff-tools)
+# FBP's CPU FFT (KissFFT, BSD-3-Clause; float32), found by find_package(kissfft CONFIG).
+[ -f /usr/include/kissfft/kiss_fftr.h ] || need+=(libkissfft-dev)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
