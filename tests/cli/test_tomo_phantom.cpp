@@ -8,19 +8,11 @@
 #include <vector>
 
 #include "fieldfuse/project.h"
-#include "fieldfuse/tomo.h"
+#include "tomo_methods.h"
 #include "tomo_phantom.h"
 
 namespace fieldfuse::cli {
 namespace {
-
-std::vector<double> tilt_rotations(const std::vector<double>& angles) {
-  std::vector<double> rotations(9 * angles.size());
-  for (std::size_t m = 0; m < angles.size(); ++m) {
-    fieldfuse::tilt_rotation(angles[m], 0.0, 0.0, rotations.data() + 9 * m);
-  }
-  return rotations;
-}
 
 TEST(TomoPhantom, ChordOfABallIsTwiceSqrtOfRSquaredMinusRhoSquared) {
   const double radius = 0.4;
