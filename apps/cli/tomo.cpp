@@ -28,6 +28,7 @@
 #include "npy.h"
 #include "phantom.h"
 #include "preview.h"
+#include "tiff_writer.h"
 #include "tilt_angles.h"
 #include "tomo_methods.h"
 #include "tomo_phantom.h"
@@ -231,9 +232,16 @@ MrcWriteInfo volume_mrc_info(const Problem& p, const Shapes& shapes, const std::
 
 void add_volume_output(AtomicOutputs& outputs, const std::string& path, const Volume& volume,
                        const MrcWriteInfo& info) {
-  if (lowercase_extension(path) == ".npy") {
+  const std::string extension = lowercase_extension(path);
+  if (extension == ".npy") {
     outputs.add(path, [&volume](OutputStream& out) {
       write_npy_float32(out, volume.shape(), volume.voxels.data());
+    });
+  } else if (extension == ".tif" || extension == ".tiff") {
+    outputs.add(path, [&volume](OutputStream& out) {
+      const std::vector<std::uint8_t> tiff =
+          encode_tiff_float32(volume.depth, volume.height, volume.width, volume.voxels.data());
+      out.write(tiff.data(), tiff.size());
     });
   } else {
     outputs.add(path, [&volume, info](OutputStream& out) {

@@ -86,13 +86,15 @@ FlagTable tomo_flags(TomoOptions& options) {
        io, [&options](const std::string& v) { options.truth = v; }},
       {"--output", "PATH",
        "the volume [D, H, W] (x = image x, y = image y, z = beam): .mrc/.rec\n"
-       "(float32, voxel size from the input's MRC header) or .npy",
+       "(float32, voxel size from the input's MRC header), .tif (float32\n"
+       "pages) or .npy",
        "", io,
        [&options](const std::string& v) {
          const std::string extension = lowercase_extension(v);
-         if (!is_mrc_extension(extension) && extension != ".npy") {
+         if (!is_mrc_extension(extension) && extension != ".npy" && extension != ".tif" &&
+             extension != ".tiff") {
            throw usage_error("--output '" + v + "': unsupported type '" + extension +
-                             "' (expected .mrc, .rec, .st, .ali, .map or .npy)");
+                             "' (expected .mrc, .rec, .st, .ali, .map, .tif, .tiff or .npy)");
          }
          options.output = v;
        }},
