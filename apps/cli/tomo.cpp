@@ -379,9 +379,10 @@ int run_tomo(const TomoOptions& options) {
     if (!options.output.empty()) m.output = options.output;
     if (!options.output_dir.empty())
       m.output = in_dir(options.output_dir, std::string(tomo_method_name(method)) + ".mrc");
-    std::printf(
-        "%s: %.2f s%s\n", tomo_method_name(method), results[k].seconds,
-        m.scored ? (", PSNR " + std::to_string(m.scores.psnr).substr(0, 5) + " dB").c_str() : "");
+    std::printf("%s: %.2f s", tomo_method_name(method), results[k].seconds);
+    if (m.scored) std::printf(", PSNR %.2f dB, SSIM %.4f", m.scores.psnr, m.scores.ssim);
+    std::printf("\n");
+    std::fflush(stdout);
     record.methods.push_back(m);
   }
   if (from_phantom) {
