@@ -360,6 +360,7 @@ int run_tomo(const TomoOptions& options) {
     settings.positivity = options.positivity;
     settings.filter = options.filter;
     settings.progress_every = options.quiet ? 0 : options.progress_every;
+    settings.progress_needs_estimate = problem.has_truth;
     results[k] = run_method(backend, problem.series, shapes.internal, settings,
                             [&](const IterationRecord& it, const Volume& estimate) {
                               const double db = problem.has_truth

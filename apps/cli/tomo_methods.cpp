@@ -88,7 +88,8 @@ MethodResult run_method(Backend& backend, const TiltSeries& series,
           {iteration, residual, std::chrono::duration<double>(now - last).count()});
       last = now;
       if (progress && settings.progress_every > 0 && iteration % settings.progress_every == 0) {
-        progress(result.iterations.back(), problem.download(backend, shape));
+        progress(result.iterations.back(),
+                 settings.progress_needs_estimate ? problem.download(backend, shape) : Volume());
         last = Clock::now();  // the download is not the iteration's time
       }
       return true;

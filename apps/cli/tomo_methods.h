@@ -35,7 +35,8 @@ struct MethodSettings {
   double relaxation = 1.0;
   bool positivity = false;
   std::string filter;
-  std::int64_t progress_every = 0;  ///< 0: no progress callbacks
+  std::int64_t progress_every = 0;       ///< 0: no progress callbacks
+  bool progress_needs_estimate = false;  ///< download the estimate for each callback (for PSNR)
 };
 
 /// What one SIRT iteration reports (none for FBP).
@@ -51,7 +52,8 @@ struct MethodResult {
   double seconds = 0.0;  ///< the whole method, uploads and downloads included
 };
 
-/// Every `progress_every` iterations: the record and the current estimate (downloaded to the host).
+/// Every `progress_every` iterations: the record and, when `progress_needs_estimate`, the current
+/// estimate downloaded to the host (an empty volume otherwise, sparing the copy).
 using MethodProgress = std::function<void(const IterationRecord&, const Volume& estimate)>;
 
 /// Reconstructs `shape` [D, H, W] from `series` on `backend`.
