@@ -11,7 +11,7 @@ from __future__ import annotations
 # C++ runtimes it loads) is loaded before it.
 import torch  # noqa: F401  (import order, see above)
 
-from . import _C, nn, reference
+from . import _C, nn, reference, tomo
 from .hash_grid import hash_grid, hash_grid_num_params
 from .kplanes_ops import (
     kplanes,
@@ -55,6 +55,7 @@ __all__ = [
     "ray_box_samples",
     "ray_box_samples_padded",
     "tilt_rotations",
+    "tomo",
     "volume_render",
     "volume_render_alpha",
     "reference",

@@ -16,6 +16,7 @@ void bind_kplanes(nb::module_& m);
 void bind_mlp(nb::module_& m);
 void bind_project(nb::module_& m);
 void bind_render(nb::module_& m);
+void bind_tomo(nb::module_& m);
 void bind_tv(nb::module_& m);
 }  // namespace fieldfuse::python
 
@@ -64,5 +65,6 @@ NB_MODULE(_C, m) {
   fieldfuse::python::bind_mlp(m);
   fieldfuse::python::bind_project(m);
   fieldfuse::python::bind_render(m);
+  fieldfuse::python::bind_tomo(m);
   fieldfuse::python::bind_tv(m);
 }
