@@ -169,6 +169,14 @@ void AtomicOutputs::commit() {
   for (std::size_t i = 0; i < count; ++i) sync_directory(directory_of(paths_[i]));
 }
 
+void check_output_directory(const std::string& flag, const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, error)) {
+    throw usage_error(flag + " '" + path + "': directory '" + parent.string() + "' does not exist");
+  }
+}
+
 void refuse_outputs_that_are_inputs(
     const std::vector<std::pair<std::string, std::string>>& outputs,
     const std::vector<std::pair<std::string, std::string>>& inputs) {

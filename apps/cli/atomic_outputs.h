@@ -55,6 +55,10 @@ class AtomicOutputs {
   std::vector<Writer> writers_;
 };
 
+/// Fails before the work rather than after it when an output has nowhere to go: a usage error
+/// (exit 2) naming `flag` and `path` when the directory `path` would be written in does not exist.
+void check_output_directory(const std::string& flag, const std::string& path);
+
 /// Refuses (usage error, exit 2) any output path that is the same file as an input path, however
 /// spelled: the same path, another spelling (./x, a/../x), a symbolic or a hard link. Each entry
 /// is (the flag that gave it, the path).

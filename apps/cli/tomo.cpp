@@ -76,16 +76,6 @@ struct Problem {
   double normalisation = 1.0;
 };
 
-void check_directory(const std::string& flag, const std::string& path, bool is_file) {
-  const std::filesystem::path parent =
-      is_file ? std::filesystem::path(path).parent_path() : std::filesystem::path(path);
-  std::error_code error;
-  if (!parent.empty() && !std::filesystem::is_directory(parent, error)) {
-    if (!is_file) return;  // --output-dir and --png-dir are created once the results exist
-    throw usage_error(flag + " '" + path + "': directory '" + parent.string() + "' does not exist");
-  }
-}
-
 Problem phantom_problem(const TomoOptions& options) {
   Problem p;
   const std::int64_t n = options.phantom_size;
@@ -276,8 +266,8 @@ void print_table(const TomoRecord& record) {
 int run_tomo(const TomoOptions& options) {
   const Clock::time_point start = Clock::now();
   const bool from_phantom = options.input.empty();
-  if (!options.output.empty()) check_directory("--output", options.output, true);
-  if (!options.report.empty()) check_directory("--report", options.report, true);
+  if (!options.output.empty()) check_output_directory("--output", options.output);
+  if (!options.report.empty()) check_output_directory("--report", options.report);
   std::vector<std::pair<std::string, std::string>> planned;  // (flag, path) of every output
   if (!options.output.empty()) planned.emplace_back("--output", options.output);
   if (!options.report.empty()) planned.emplace_back("--report", options.report);
