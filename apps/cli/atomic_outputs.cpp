@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -100,6 +101,22 @@ void OutputStream::write(const void* data, std::size_t bytes) {
   }
 }
 
+void OutputStream::write_float32_le(const float* values, std::int64_t count) {
+  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+  std::vector<std::uint8_t> chunk;
+  for (std::int64_t first = 0; first < count; first += kChunk) {
+    const std::int64_t n = std::min(kChunk, count - first);
+    chunk.resize(static_cast<std::size_t>(n) * sizeof(float));
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &values[first + i], sizeof(bits));
+      for (int b = 0; b < 4; ++b)
+        chunk[static_cast<std::size_t>(4 * i + b)] = static_cast<std::uint8_t>(bits >> (8 * b));
+    }
+    write(chunk.data(), chunk.size());
+  }
+}
+
 void AtomicOutputs::add(const std::string& path, Writer writer) {
   paths_.push_back(path);
   writers_.push_back(std::move(writer));
@@ -150,6 +167,14 @@ void AtomicOutputs::commit() {
   }
   // Success: the TempFile destructors drop the backups.
   for (std::size_t i = 0; i < count; ++i) sync_directory(directory_of(paths_[i]));
+}
+
+void check_output_directory(const std::string& flag, const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, error)) {
+    throw usage_error(flag + " '" + path + "': directory '" + parent.string() + "' does not exist");
+  }
 }
 
 void refuse_outputs_that_are_inputs(

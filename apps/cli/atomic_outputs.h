@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -18,6 +19,9 @@ class OutputStream {
   /// Writes all `bytes`; a failure (a full disk, a file-size limit) is a runtime error (exit 1)
   /// naming the final path and the system's reason.
   void write(const void* data, std::size_t bytes);
+  /// Writes `count` floats as little-endian IEEE binary32 (the byte order of .npy '<f4' and of the
+  /// MRC files we write) whatever the host's order, in chunks, without a copy of the whole array.
+  void write_float32_le(const float* values, std::int64_t count);
 
  private:
   int fd_;
@@ -50,6 +54,10 @@ class AtomicOutputs {
   std::vector<std::string> paths_;
   std::vector<Writer> writers_;
 };
+
+/// Fails before the work rather than after it when an output has nowhere to go: a usage error
+/// (exit 2) naming `flag` and `path` when the directory `path` would be written in does not exist.
+void check_output_directory(const std::string& flag, const std::string& path);
 
 /// Refuses (usage error, exit 2) any output path that is the same file as an input path, however
 /// spelled: the same path, another spelling (./x, a/../x), a symbolic or a hard link. Each entry

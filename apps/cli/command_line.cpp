@@ -43,6 +43,7 @@ CommandLine::CommandLine() : app_(std::make_unique<CLI::App>()) {
   app.add_flag("--version", version_, "version and build facts");
   app.require_subcommand(0, 1);
   denoise_ = add_denoise_command(app, denoise_options_);
+  tomo_ = add_tomo_command(app, tomo_options_);
 }
 
 CommandLine::~CommandLine() = default;
@@ -56,8 +57,9 @@ void CommandLine::parse(const std::vector<std::string>& args) {
       throw usage_error("unknown command '" + args[0] + "' (see 'fieldfuse --help')");
     }
   }
-  const bool in_denoise = !args.empty() && args[0] == "denoise";
-  const std::string hint = in_denoise ? "see 'fieldfuse denoise --help'" : "see 'fieldfuse --help'";
+  const bool in_command = !args.empty() && (args[0] == "denoise" || args[0] == "tomo");
+  const std::string hint =
+      in_command ? "see 'fieldfuse " + args[0] + " --help'" : "see 'fieldfuse --help'";
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
   try {
     app.parse(reversed);
@@ -70,6 +72,9 @@ void CommandLine::parse(const std::vector<std::string>& args) {
   if (denoise_->parsed()) {
     finish_denoise_options(*denoise_, denoise_options_);
     action_ = Action::Denoise;
+  } else if (tomo_->parsed()) {
+    finish_tomo_options(*tomo_, tomo_options_);
+    action_ = Action::Tomo;
   } else if (version_) {
     action_ = Action::Version;
   } else {

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 
 #include "atomic_outputs.h"
@@ -29,16 +28,6 @@ constexpr double kRobustLow = 0.005;
 constexpr double kRobustHigh = 0.995;
 
 using Clock = std::chrono::steady_clock;
-
-// Fails before the work rather than after it when the outputs have nowhere to go.
-void check_output_directory(const std::string& prefix) {
-  const std::filesystem::path parent = std::filesystem::path(prefix).parent_path();
-  std::error_code error;
-  if (!parent.empty() && !std::filesystem::is_directory(parent, error)) {
-    throw usage_error("--output '" + prefix + "': directory '" + parent.string() +
-                      "' does not exist");
-  }
-}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -123,7 +112,7 @@ void print_progress(const ProgressReport& report, std::int64_t max_iterations) {
 
 int run_denoise(const DenoiseOptions& options) {
   const Clock::time_point start = Clock::now();
-  check_output_directory(options.output);
+  check_output_directory("--output", options.output);
   const std::vector<std::string> output_paths = {options.output + ".npy", options.output + ".png",
                                                  options.output + ".json"};
   refuse_outputs_that_are_inputs(

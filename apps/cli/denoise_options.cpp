@@ -156,15 +156,12 @@ CLI::App* add_denoise_command(CLI::App& app, DenoiseOptions& options) {
   options.noise_sigma = kDefaultNoiseSigma;
   options.seed = kDefaultSeed;
   options.progress_every = kDefaultProgressEvery;
-  CLI::App* command = app.add_subcommand(
-      "denoise", "total-variation denoising of a 3-D volume, min 0.5*||x - y||^2 + lambda*TV(x)");
-  add_flags(*command, denoise_flags(options));
-  command->footer(
-      std::string(
-          "Without --input it denoises a built-in noisy 3-D Shepp-Logan phantom and scores\n"
-          "the result against the clean phantom. Full reference: docs/cli.md.\n\n") +
-      kExitCodesText);
-  return command;
+  return add_command(
+      app, "denoise",
+      "total-variation denoising of a 3-D volume, min 0.5*||x - y||^2 + lambda*TV(x)",
+      denoise_flags(options),
+      "Without --input it denoises a built-in noisy 3-D Shepp-Logan phantom and scores\n"
+      "the result against the clean phantom. Full reference: docs/cli.md.");
 }
 
 void finish_denoise_options(const CLI::App& command, DenoiseOptions& options) {

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "cli_error.h"
+#include "command_line.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -37,6 +38,14 @@ void add_flags(CLI::App& command, const FlagTable& table) {
     }
     option->group(flag.group);
   }
+}
+
+CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& description,
+                      const FlagTable& table, const std::string& about) {
+  CLI::App* command = app.add_subcommand(name, description);
+  add_flags(*command, table);
+  command->footer(about + "\n\n" + kExitCodesText);
+  return command;
 }
 
 void reject_leftovers(const CLI::App& command, const std::string& help_hint) {

@@ -33,6 +33,11 @@ using FlagTable = std::vector<Flag>;
 /// in table order. Unknown flags and stray arguments are left for reject_leftovers().
 void add_flags(CLI::App& command, const FlagTable& table);
 
+/// Adds subcommand `name` to `app` with its description, its flags (add_flags) and a --help
+/// footer of `about` followed by the exit codes.
+CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& description,
+                      const FlagTable& table, const std::string& about);
+
 /// After parsing: a usage error for the first argument `command` did not take ("unknown flag
 /// '--x'" or "unexpected argument 'x'"), ending with `help_hint`.
 void reject_leftovers(const CLI::App& command, const std::string& help_hint);

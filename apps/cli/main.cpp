@@ -11,6 +11,7 @@
 #include "command_line.h"
 #include "denoise.h"
 #include "fieldfuse/core.h"
+#include "tomo.h"
 
 namespace {
 
@@ -28,7 +29,8 @@ void print_version() {
 
 int dispatch(const std::vector<std::string>& args, std::string& context) {
   using fieldfuse::cli::CommandLine;
-  if (!args.empty() && args[0] == "denoise") context = "fieldfuse denoise";
+  if (!args.empty() && (args[0] == "denoise" || args[0] == "tomo"))
+    context = "fieldfuse " + args[0];
   CommandLine command_line;
   command_line.parse(args);
   switch (command_line.action()) {
@@ -39,9 +41,11 @@ int dispatch(const std::vector<std::string>& args, std::string& context) {
       print_version();
       return 0;
     case CommandLine::Action::Denoise:
+      return fieldfuse::cli::run_denoise(command_line.denoise_options());
+    case CommandLine::Action::Tomo:
       break;
   }
-  return fieldfuse::cli::run_denoise(command_line.denoise_options());
+  return fieldfuse::cli::run_tomo(command_line.tomo_options());
 }
 
 }  // namespace

@@ -152,4 +152,29 @@ double ssim_3d(const Volume& estimate, const Volume& reference, double data_rang
   return total / static_cast<double>(estimate.numel());
 }
 
+double profile_error(const Volume& estimate, const Volume& reference, int axis) {
+  const std::int64_t sizes[3] = {reference.depth, reference.height, reference.width};
+  std::vector<double> difference(static_cast<std::size_t>(sizes[axis]), 0.0);
+  std::vector<double> profile(difference.size(), 0.0);
+  for (std::int64_t d = 0; d < reference.depth; ++d) {
+    for (std::int64_t h = 0; h < reference.height; ++h) {
+      for (std::int64_t w = 0; w < reference.width; ++w) {
+        const std::int64_t index[3] = {d, h, w};
+        const auto i = static_cast<std::size_t>((d * reference.height + h) * reference.width + w);
+        const auto bin = static_cast<std::size_t>(index[axis]);
+        difference[bin] += static_cast<double>(estimate.voxels[i]) - reference.voxels[i];
+        profile[bin] += reference.voxels[i];
+      }
+    }
+  }
+  // The plane size divides both profiles alike and cancels in the ratio.
+  double error = 0.0, signal = 0.0;
+  for (std::size_t bin = 0; bin < profile.size(); ++bin) {
+    error += difference[bin] * difference[bin];
+    signal += profile[bin] * profile[bin];
+  }
+  if (signal == 0.0) return error == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(error / signal);
+}
+
 }  // namespace fieldfuse::cli

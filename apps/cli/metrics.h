@@ -23,4 +23,12 @@ double psnr(const Volume& estimate, const Volume& reference, double data_range);
 /// edge and renormalised, so every voxel counts and any size works. Same shape required.
 double ssim_3d(const Volume& estimate, const Volume& reference, double data_range);
 
+/// An error measure per axis, free of Fourier shell correlation: the volumes' mean profiles along
+/// `axis` (0 = D, 1 = H, 2 = W; each value the mean over the plane across the axis) compared as
+/// ‖p(estimate) − p(reference)‖ / ‖p(reference)‖. Averaging over whole planes removes the noise,
+/// so what remains is how well the method recovers structure along that axis: the missing wedge
+/// of a tilt series (no data along the beam beyond the largest tilt) shows as a large z value.
+/// Same shape required; +infinity for an all-zero reference profile unless both are zero.
+double profile_error(const Volume& estimate, const Volume& reference, int axis);
+
 }  // namespace fieldfuse::cli

@@ -334,20 +334,7 @@ void write_npy_float32(OutputStream& out, const std::vector<std::int64_t>& shape
   out.write(header.data(), header.size());
   std::int64_t count = 1;
   for (const std::int64_t extent : shape) count *= extent;
-  // '<f4' is little-endian: copy host floats as they are, or byte-swapped on a big-endian host.
-  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
-  std::vector<std::uint8_t> chunk;
-  for (std::int64_t first = 0; first < count; first += kChunk) {
-    const std::int64_t n = std::min(kChunk, count - first);
-    chunk.resize(static_cast<std::size_t>(n) * sizeof(float));
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::uint32_t bits;
-      std::memcpy(&bits, &values[first + i], sizeof(bits));
-      for (int b = 0; b < 4; ++b)
-        chunk[static_cast<std::size_t>(4 * i + b)] = static_cast<std::uint8_t>(bits >> (8 * b));
-    }
-    out.write(chunk.data(), chunk.size());
-  }
+  out.write_float32_le(values, count);
 }
 
 std::vector<std::uint8_t> encode_npy_float32(const std::vector<std::int64_t>& shape,

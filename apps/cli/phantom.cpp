@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/parallel.h"
+#include "ellipsoid.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -17,47 +18,30 @@ struct Ellipsoid {
   // Every intensity of the modified phantom is a multiple of 0.1; summing whole tenths keeps
   // overlaps exact (1 − 0.8 − 0.2 is 0 here, not −5.6e-17).
   int intensity_tenths;
-  double semi_axis_x, semi_axis_y, semi_axis_z;
-  double center_x, center_y, center_z;
-  double rotation_degrees;  // about the z axis, as in the 2-D phantom
+  EllipsoidShape shape;
 };
 
 // The ten ellipses of the modified Shepp-Logan head (Shepp & Logan 1974, with the higher-contrast
 // intensities of Toft 1996), given z semi-axes and centres following the 3-D head of Kak & Slaney
 // (1988), so the central axial slice is the familiar 2-D phantom.
 constexpr Ellipsoid kHead[] = {
-    // tenths  a (x)   b (y)  c (z)    x0     y0      z0     phi
-    {10, 0.6900, 0.920, 0.810, 0.00, 0.0000, 0.00, 0.0},    // skull
-    {-8, 0.6624, 0.874, 0.780, 0.00, -0.0184, 0.00, 0.0},   // brain
-    {-2, 0.1100, 0.310, 0.220, 0.22, 0.0000, 0.00, -18.0},  // right ventricle
-    {-2, 0.1600, 0.410, 0.280, -0.22, 0.0000, 0.00, 18.0},  // left ventricle
-    {1, 0.2100, 0.250, 0.410, 0.00, 0.3500, -0.15, 0.0},    // upper blob
-    {1, 0.0460, 0.046, 0.050, 0.00, 0.1000, 0.25, 0.0},     // small spheres
-    {1, 0.0460, 0.046, 0.050, 0.00, -0.1000, 0.25, 0.0},
-    {1, 0.0460, 0.023, 0.050, -0.08, -0.6050, 0.00, 0.0},  // three small lesions, low
-    {1, 0.0230, 0.023, 0.020, 0.00, -0.6060, 0.00, 0.0},
-    {1, 0.0230, 0.046, 0.020, 0.06, -0.6050, 0.00, 0.0},
+    // tenths   a (x)   b (y)  c (z)      x0     y0      z0     phi
+    {10, {{0.6900, 0.920, 0.810}, {0.00, 0.0000, 0.00}, 0.0}},    // skull
+    {-8, {{0.6624, 0.874, 0.780}, {0.00, -0.0184, 0.00}, 0.0}},   // brain
+    {-2, {{0.1100, 0.310, 0.220}, {0.22, 0.0000, 0.00}, -18.0}},  // right ventricle
+    {-2, {{0.1600, 0.410, 0.280}, {-0.22, 0.0000, 0.00}, 18.0}},  // left ventricle
+    {1, {{0.2100, 0.250, 0.410}, {0.00, 0.3500, -0.15}, 0.0}},    // upper blob
+    {1, {{0.0460, 0.046, 0.050}, {0.00, 0.1000, 0.25}, 0.0}},     // small spheres
+    {1, {{0.0460, 0.046, 0.050}, {0.00, -0.1000, 0.25}, 0.0}},
+    {1, {{0.0460, 0.023, 0.050}, {-0.08, -0.6050, 0.00}, 0.0}},  // three small lesions, low
+    {1, {{0.0230, 0.023, 0.020}, {0.00, -0.6060, 0.00}, 0.0}},
+    {1, {{0.0230, 0.046, 0.020}, {0.06, -0.6050, 0.00}, 0.0}},
 };
-
-// Centre of voxel `index` of `count` along an axis spanning [-1, 1].
-double voxel_coordinate(std::int64_t index, std::int64_t count) {
-  return (2.0 * static_cast<double>(index) + 1.0) / static_cast<double>(count) - 1.0;
-}
 
 double head_intensity(double x, double y, double z) {
   int tenths = 0;
   for (const Ellipsoid& e : kHead) {
-    const double angle = e.rotation_degrees * kPi / 180.0;
-    const double dx = x - e.center_x;
-    const double dy = y - e.center_y;
-    // Rotate the point into the ellipsoid's own frame.
-    const double u = dx * std::cos(angle) + dy * std::sin(angle);
-    const double v = -dx * std::sin(angle) + dy * std::cos(angle);
-    const double w = z - e.center_z;
-    const double r = (u * u) / (e.semi_axis_x * e.semi_axis_x) +
-                     (v * v) / (e.semi_axis_y * e.semi_axis_y) +
-                     (w * w) / (e.semi_axis_z * e.semi_axis_z);
-    if (r <= 1.0) tenths += e.intensity_tenths;
+    if (ellipsoid_contains(e.shape, x, y, z)) tenths += e.intensity_tenths;
   }
   return 0.1 * tenths;
 }
@@ -69,12 +53,12 @@ Volume shepp_logan_3d(std::int64_t size) {
   // Each voxel tests every ellipsoid: weigh a plane's work accordingly.
   const std::int64_t plane_work = size * size * static_cast<std::int64_t>(std::size(kHead));
   fieldfuse::detail::parallel_for(0, size, plane_work, [&](std::int64_t d) {
-    const double z = voxel_coordinate(d, size);
+    const double z = cell_centre(d, size);
     for (std::int64_t h = 0; h < size; ++h) {
-      const double y = -voxel_coordinate(h, size);  // row 0 is the top of the image
+      const double y = -cell_centre(h, size);  // row 0 is the top of the image
       for (std::int64_t w = 0; w < size; ++w) {
         volume.voxels[static_cast<std::size_t>((d * size + h) * size + w)] =
-            static_cast<float>(head_intensity(voxel_coordinate(w, size), y, z));
+            static_cast<float>(head_intensity(cell_centre(w, size), y, z));
       }
     }
   });

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# End-to-end cases of `fieldfuse denoise` that need a shell: outputs that would destroy an input, a
+# End-to-end cases of `fieldfuse denoise` and `fieldfuse tomo` that need a shell: outputs that would destroy an input, a
 # full disk, paths that are not UTF-8, inputs that are devices, pipes or lie about their size.
 #   cli_safety_cases.sh EXE INPUTS WORKDIR CASE
 set -euo pipefail
@@ -88,6 +88,39 @@ case $case in
     # A few kilobytes claiming 60000 x 60000 float pages once made the reader allocate 14 GB.
     ulimit -v 2000000
     run 3 "huge_claims.tif' (is truncated|.*claims)" denoise --input "$inputs/huge_claims.tif" --device cpu
+    ;;
+  tomo_error_leaves_no_file)
+    # An input error before the work and a failure after it (--output-dir is a file): no output,
+    # no temporary file, exit 3 and 1.
+    cp "$inputs/tilt_24.mrc" .
+    run 3 "gives 41 angles, but --input 'tilt_24.mrc' holds 21 projections" tomo \
+      --input tilt_24.mrc --angles -60:60:3 --output v.mrc --report r.json --device cpu
+    echo "not a directory" >taken
+    run 1 "cannot create directory 'taken'" tomo --phantom-size 16 --iterations 2 \
+      --output-dir taken --png-dir png --report r.json --device cpu --quiet
+    only_files tilt_24.mrc taken
+    ;;
+  tomo_full_disk)
+    # A 32 KB file-size limit stops the 128 KB volumes part way: the earlier outputs stay as they
+    # were and nothing else appears.
+    mkdir out
+    echo "previous sirt" >out/sirt.mrc
+    got=0
+    bash -c 'trap "" XFSZ; ulimit -f 32; exec "$@"' _ "$exe" tomo --phantom-size 32 \
+      --iterations 2 --output-dir out --report r.json --device cpu --quiet \
+      >stdout.txt 2>stderr.txt || got=$?
+    cat stdout.txt stderr.txt
+    [ "$got" = 1 ] || fail "exit $got, expected 1"
+    grep -q "cannot write 'out/sirt.mrc': File too large" stderr.txt || fail "no message naming out/sirt.mrc"
+    [ "$(cat out/sirt.mrc)" = "previous sirt" ] || fail "out/sirt.mrc was changed"
+    [ "$(ls -A out)" = "sirt.mrc" ] || fail "out holds $(ls -A out)"
+    only_files out
+    ;;
+  tomo_output_is_input)
+    cp "$inputs/tilt_24.mrc" stack.mrc
+    run 2 "--output would overwrite --input 'stack.mrc'" tomo --input stack.mrc \
+      --angles -60:60:6 --output ./stack.mrc --device cpu
+    cmp -s stack.mrc "$inputs/tilt_24.mrc" || fail "the input was changed"
     ;;
   *)
     fail "unknown case"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Writes the input files the CLI tests feed to `fieldfuse denoise`: good volumes, broken ones, and
-// the raw pages that make_tiff_inputs.sh turns into TIFFs with libtiff's own tools.
+// Writes the input files the CLI tests feed to `fieldfuse denoise` and `fieldfuse tomo`: good
+// volumes and tilt series, broken ones, and the raw pages that make_tiff_inputs.sh turns into TIFFs
+// with libtiff's own tools.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,9 +11,12 @@
 #include <string>
 
 #include "atomic_outputs.h"
+#include "mrc.h"
 #include "npy.h"
 #include "phantom.h"
 #include "tiff_fixture_values.h"
+#include "tomo_methods.h"
+#include "tomo_phantom.h"
 
 namespace {
 
@@ -31,6 +35,61 @@ void write_npy(const std::string& path, const std::vector<std::int64_t>& shape,
     fieldfuse::cli::write_npy_float32(out, shape, values.data());
   });
   outputs.commit();
+}
+
+void write_mrc(const std::string& path, const Volume& volume, bool is_volume) {
+  fieldfuse::cli::MrcWriteInfo info;
+  info.is_volume = is_volume;
+  info.voxel_size = {2.5, 2.5, 2.5};
+  info.label = "fieldfuse test input";
+  fieldfuse::cli::AtomicOutputs outputs;
+  outputs.add(path, [&](fieldfuse::cli::OutputStream& out) {
+    fieldfuse::cli::write_mrc_float32(out, volume.depth, volume.height, volume.width,
+                                      volume.voxels.data(), info);
+  });
+  outputs.commit();
+}
+
+// The embedded phantom's tilt series at 24 pixels, tilts -60:60:6 about the image x axis,
+// noiseless, in pixel lengths; `tilt_24.npy` as projected (tilt axis along x) and `tilt_24.mrc`
+// with every image transposed (tilt axis along y, as IMOD's aligned stacks), plus the truth and the
+// angles.
+void write_tomo_inputs(const std::string& dir) {
+  using namespace fieldfuse::cli;
+  const std::int64_t n = 24;
+  std::vector<double> angles;
+  std::string tlt;
+  for (int a = -60; a <= 60; a += 6) {
+    angles.push_back(a);
+    tlt += std::to_string(a) + ".00\n";
+  }
+  Volume stack = project_phantom(embedded_phantom(), tilt_rotations(angles), n, n, 2);
+  for (float& v : stack.voxels) v *= static_cast<float>(n) / 2.0f;
+  write_npy(dir + "/tilt_24.npy", stack.shape(), stack.voxels);
+  Volume transposed(stack.depth, n, n);
+  for (std::int64_t m = 0; m < stack.depth; ++m)
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        transposed.voxels[static_cast<std::size_t>((m * n + j) * n + i)] = stack.at(m, i, j);
+  write_mrc(dir + "/tilt_24.mrc", transposed, false);
+  const Volume truth = voxelise_phantom(embedded_phantom(), n, n, n, 3);
+  write_npy(dir + "/truth_24.npy", truth.shape(), truth.voxels);
+  write_bytes(dir + "/tilt_24.tlt", tlt.data(), tlt.size());
+  const std::string bad_tlt = "-60\n-54\nminus 48\n";
+  write_bytes(dir + "/bad.tlt", bad_tlt.data(), bad_tlt.size());
+  // Broken stacks: a NaN, no projections, an MRC of complex values (mode 4).
+  Volume with_nan(21, 8, 8);
+  with_nan.voxels[5 * 64 + 6 * 8 + 7] = std::numeric_limits<float>::quiet_NaN();
+  write_npy(dir + "/stack_nan.npy", with_nan.shape(), with_nan.voxels);
+  write_npy(dir + "/stack_empty.npy", {0, 8, 8}, {});
+  const std::vector<float> zeros(2 * 4 * 4 * 2, 0.0f);  // complex64: two floats per value
+  MrcWriteInfo info;
+  info.is_volume = false;
+  std::vector<std::uint8_t> complex_file = encode_mrc_header(2, 4, 4, zeros.data(), info);
+  complex_file[12] = 4;  // mode 4
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(zeros.data());
+  complex_file.insert(complex_file.end(), bytes, bytes + zeros.size() * sizeof(float));
+  write_bytes(dir + "/complex.mrc", complex_file.data(), complex_file.size());
 }
 
 // A noisy copy of `clean` (Gaussian, sigma 0.1 on the 0..1 scale).
@@ -93,6 +152,7 @@ int main(int argc, char** argv) {
     write_npy(dir + "/with_nan.npy", with_nan.shape(), with_nan.voxels);
     const std::string text = "this is text, not an array\n";
     write_bytes(dir + "/not_really.npy", text.data(), text.size());
+    write_tomo_inputs(dir);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "make_cli_inputs: %s\n", error.what());
     return 1;

@@ -11,24 +11,16 @@
 
 #include "atomic_outputs.h"
 #include "cli_error.h"
+#include "scratch_dir.h"
 
 namespace fieldfuse::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-class AtomicOutputsTest : public ::testing::Test {
+class AtomicOutputsTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("fieldfuse_outputs_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  AtomicOutputsTest() : ScratchDirTest("fieldfuse_outputs") {}
   static void put(const std::string& file, const std::string& text) {
     std::ofstream(file, std::ios::binary) << text;
   }
@@ -46,8 +38,6 @@ class AtomicOutputsTest : public ::testing::Test {
   static AtomicOutputs::Writer text(const std::string& content) {
     return [content](OutputStream& out) { out.write(content.data(), content.size()); };
   }
-
-  fs::path dir_;
 };
 
 TEST_F(AtomicOutputsTest, CommitWritesEveryFileAndLeavesNothingElse) {
