@@ -13,7 +13,7 @@ from device_params import DEVICES, F32, F64, FLOAT_DTYPES, capture_cuda_graph, c
 from fieldfuse.optim import FusedAdam
 
 STEPS = 20
-# Shapes: a tensor spanning two 16384-element chunks of the core (Note [adam chunks]), an empty
+# Shapes: a tensor spanning three 8192-element chunks of the core (Note [adam chunks]), an empty
 # one, a scalar-like one and a small matrix.
 SHAPES = [(2, 9000), (0,), (1,), (8, 5), (3,)]
 
