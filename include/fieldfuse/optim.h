@@ -14,13 +14,16 @@
 // - dtypes: float32 or float64, every tensor of one call the same dtype (the counter is int64);
 //   CPU (OpenMP) or CUDA, every tensor of one call on the same device.
 // - layout: `param`, `grad`, `exp_avg` and `exp_avg_sq` of one entry have the same shape and are
-//   contiguous (the update runs over flat element ranges). Tensors may be empty.
+//   contiguous (the update runs over flat element ranges). Tensors may be empty. No tensor the
+//   call writes (params, moments, step, grad_norm_out) may share memory with any other tensor of
+//   the call; gradients may share memory with each other. Both are checked (ValueError).
 // - determinism: the global norm is a reduction in an order fixed by the tensor sizes (float64
 //   partial sums per block, then a fixed-order sum; no float atomics), so repeated calls on the
 //   same inputs give the same bits. CPU and CUDA agree to rounding, not bit for bit.
 // - the caller allocates a workspace of `adam_workspace_size` bytes (device memory for CUDA
 //   tensors, host memory for CPU tensors, 8-byte aligned as any allocator's memory is); the
-//   library never allocates.
+//   library never allocates. It needs no initialisation; a captured CUDA graph keeps using the
+//   workspace it was captured with, so it must outlive the graph.
 #pragma once
 
 #include <cstddef>
@@ -61,10 +64,11 @@ std::size_t adam_workspace_size(const AdamParam* params, int count);
 /// `step` is an int64 tensor of one element on the parameters' device holding t, the number of
 /// updates done so far (0 for a fresh optimiser); the call uses it for the bias corrections
 /// (1 − beta^(t+1)) and the cosine factor, then stores t + 1. `grad_norm_out` is optional (a
-/// TensorRef with null data means none): a float32 or float64 tensor of one element on the same
-/// device that receives the global L2 norm of the gradients before clipping (computed whenever it
-/// is given or clipping is on). A non-finite norm is passed through to the scale, as in PyTorch
-/// (clip_grad_norm_ with error_if_nonfinite = False), so the parameters become NaN.
+/// default-constructed TensorRef means none): a float32 or float64 tensor of one element on the
+/// same device that receives the global L2 norm of the gradients before clipping (computed whenever
+/// it is given or clipping is on). A non-finite norm goes into the clip scale as in PyTorch
+/// (clip_grad_norm_ with error_if_nonfinite = False): with clipping on, a NaN gradient makes every
+/// parameter NaN. t must be >= 0; it is not checked (reading it would synchronise).
 void adam_step(const AdamParam* params, int count, const AdamOptions& options,
                const TensorRef& step, const TensorRef& grad_norm_out, void* workspace,
                std::size_t workspace_bytes, Stream stream = {});

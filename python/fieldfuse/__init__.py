@@ -11,7 +11,7 @@ from __future__ import annotations
 # C++ runtimes it loads) is loaded before it.
 import torch  # noqa: F401  (import order, see above)
 
-from . import _C, nn, reference, tomo
+from . import _C, nn, optim, reference, tomo
 from .hash_grid import hash_grid, hash_grid_num_params
 from .kplanes_ops import (
     kplanes,
@@ -47,6 +47,7 @@ __all__ = [
     "kplanes_tilted_with_taps",
     "mlp",
     "nn",
+    "optim",
     "plane_tv",
     "project",
     "RenderOutput",

@@ -144,7 +144,7 @@ struct Problem {
 
 // Sizes that exercise the chunking (Note [adam chunks]): empty tensors first, between and last,
 // a single element, a tensor of exactly one chunk and ones that end mid-chunk.
-const std::vector<int64_t> kSizes = {0, 3, 40000, 0, 1, 16384, 20001, 0};
+const std::vector<int64_t> kSizes = {0, 3, 40000, 0, 1, 8192, 20001, 0};
 
 /// Runs `steps` steps of both optimisers with gradients of scale `grad_scale`, checking after
 /// each the state, the reported norm and the counter.
@@ -265,8 +265,8 @@ TEST(Optim, NoTensorsStillAdvancesTheCounter) {
 
 TEST(Optim, WorkspaceHoldsOnePartialPerChunk) {
   Problem<float> p(kSizes);
-  // 0 + 1 + 3 + 0 + 1 + 1 + 2 + 0 chunks of 16384 elements, after 4 scalar slots.
-  EXPECT_EQ(fieldfuse::adam_workspace_size(p.entries.data(), p.count()), 8u * (4 + 8));
+  // 0 + 1 + 5 + 0 + 1 + 1 + 3 + 0 chunks of 8192 elements, after 4 scalar slots.
+  EXPECT_EQ(fieldfuse::adam_workspace_size(p.entries.data(), p.count()), 8u * (4 + 11));
 }
 
 // A NaN gradient makes the norm NaN and, as in PyTorch, the clip scale NaN: every parameter
