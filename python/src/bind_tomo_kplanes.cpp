@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -208,9 +209,62 @@ nb::dict reconstruct(const TensorArg& stack_arg, const std::vector<double>& angl
   return report;
 }
 
+/// "cpu" or "cuda:N" as a Device (the Python layer passes str(torch.device)).
+Device parse_device(const std::string& device) {
+  Device where;
+  if (device.rfind("cuda:", 0) == 0) {
+    where.type = DeviceType::CUDA;
+    where.index = std::stoi(device.substr(5));
+  } else if (device != "cpu") {
+    bad_option(ErrorKind::Value,
+               "expected device to be \"cpu\" or \"cuda:N\", but got \"" + device + "\"");
+  }
+  return where;
+}
+
 }  // namespace
 
 void bind_tomo_kplanes(nb::module_& m) {
+  nb::class_<KPlanesReconstruction>(m, "KPlanesReconstruction",
+                                    "A K-Planes tomography reconstruction driven step by step "
+                                    "(docs/tomo_kplanes.md).")
+      .def(
+          "__init__",
+          [](KPlanesReconstruction* self, const TensorArg& stack_arg,
+             const std::vector<double>& angles, const nb::dict& options_dict,
+             const std::string& device, std::uintptr_t stream) {
+            const TensorRef stack = to_tensor_ref(stack_arg, kOp, "stack");
+            const KPlanesReconOptions options = parse_options(options_dict);
+            const Device where = parse_device(device);
+            nb::gil_scoped_release release;
+            new (self)
+                KPlanesReconstruction(stack, angles.data(), static_cast<int64_t>(angles.size()),
+                                      options, where, to_stream(stream));
+          },
+          "stack"_a.noconvert(), "angles"_a, "options"_a, "device"_a, "stream"_a,
+          "Trains on `stack [n, H, W]` with tilt `angles` (degrees) on `device` (\"cpu\" or "
+          "\"cuda:N\"), CUDA work on `stream`; `options` as for kplanes_reconstruct.")
+      .def("step", &KPlanesReconstruction::step, nb::call_guard<nb::gil_scoped_release>(),
+           "One training iteration, enqueued (no synchronisation on CUDA).")
+      .def("loss", &KPlanesReconstruction::loss, nb::call_guard<nb::gil_scoped_release>(),
+           "The last step's loss (synchronises).")
+      .def("steps_done", &KPlanesReconstruction::steps_done,
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("iterations", &KPlanesReconstruction::iterations)
+      .def("normalisation", &KPlanesReconstruction::normalisation)
+      .def(
+          "export_volume",
+          [](KPlanesReconstruction& self, const TensorArg& volume, int64_t chunk_points) {
+            const TensorRef v = to_tensor_ref(volume, kOp, "volume");
+            nb::gil_scoped_release release;
+            self.export_volume(v, chunk_points);
+          },
+          "volume"_a.noconvert(), "chunk_points"_a = int64_t(1) << 18)
+      .def("save_checkpoint", &KPlanesReconstruction::save_checkpoint, "path"_a,
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("load_checkpoint", &KPlanesReconstruction::load_checkpoint, "path"_a,
+           nb::call_guard<nb::gil_scoped_release>());
+
   m.def("kplanes_reconstruct", &reconstruct, "stack"_a.noconvert(), "angles"_a,
         "volume"_a.noconvert(), "options"_a, "stream"_a, "progress"_a.none() = nb::none(),
         "log_every"_a = 1, "max_steps"_a = -1, "chunk_points"_a = int64_t(1) << 18,
