@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Tomographic reconstruction on a voxel grid: :func:`sirt`, :func:`fbp` and the tilt poses
-:func:`tilt_rotations` (the C++ implementation of ``include/fieldfuse/tomo.h``, shared with the
-``fieldfuse`` CLI; docs/tomo.md has the formulas).
+"""Tomographic reconstruction: :func:`sirt` and :func:`fbp` on a voxel grid, the K-Planes neural
+field (:class:`KPlanesReconstruction`), :func:`reconstruct` running any of them on a tilt series,
+and the tilt poses :func:`tilt_rotations` (the C++ implementations of ``include/fieldfuse/tomo.h``
+and ``tomo_kplanes.h``, shared with the ``fieldfuse tomo`` CLI; docs/tomo.md and
+docs/tomo_kplanes.md have the formulas).
 
 These are solvers, not differentiable ops: they run under ``torch.no_grad()``, return new tensors
 that do not require grad, and never record autograd history. Geometry is the projectors'
@@ -13,14 +15,16 @@ R·p) with optional ``shifts[m]`` = (s_u, s_v).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ._backend import _C, check_tensor, dl, float_list, real_number, stream_of, workspace
 
-__all__ = ["fbp", "sirt", "tilt_rotations"]
+__all__ = ["KPlanesReconstruction", "fbp", "reconstruct", "sirt", "tilt_rotations"]
 
 
 def _shape3(op: str, volume_shape) -> tuple[int, int, int]:
@@ -155,3 +159,164 @@ def tilt_rotations(angles_degrees, z1=None, z3=None) -> Tensor:
     z1s, z3s = per_projection("z1", z1), per_projection("z3", z3)
     rows = [_C.tilt_rotation(t, a, c) for t, a, c in zip(tilts, z1s, z3s)]
     return torch.tensor(rows, dtype=torch.float64).reshape(len(tilts), 3, 3)
+
+
+_METHODS = ("sirt", "fbp", "kplanes")
+
+
+def _angle_list(op: str, angles) -> list[float]:
+    if isinstance(angles, Tensor):
+        angles = angles.detach().reshape(-1).tolist()
+    elif hasattr(angles, "tolist") and not isinstance(angles, (str, bytes)):
+        angles = angles.tolist()  # NumPy arrays
+    return float_list(op, "angles", angles)
+
+
+def _as_tensor(op: str, arg: str, value) -> tuple[Tensor, bool]:
+    """A torch tensor, and whether the caller gave a NumPy array (then results go back as one)."""
+    if isinstance(value, Tensor):
+        return value, False
+    if type(value).__module__ == "numpy" and hasattr(value, "__array__"):
+        return torch.from_numpy(value), True
+    raise TypeError(f"{op}(): expected {arg} to be a torch.Tensor or a NumPy array, but got "
+                    f"{type(value).__name__}")
+
+
+class KPlanesReconstruction:
+    """The C++ K-Planes tomography reconstruction (docs/tomo_kplanes.md), driven step by step.
+
+    Args:
+        stack: ``[n, H, W]`` tilt series, float32 or float64, CPU or CUDA (copied and normalised
+            by its 95th percentile).
+        angles: n tilt angles in degrees (a sequence, tensor or NumPy array).
+        device: where to train (default: the stack's device); CUDA work runs on that device's
+            current stream at construction.
+        **options: ``KPlanesReconOptions`` fields by name (``num_tilts``, ``channels``,
+            ``resolutions``, ``decoder``, ``hidden``, ``layers``, ``rays``, ``ds``, ``tv_volume``,
+            ``tv_points``, ``tv_plane``, ``sparsity``, ``lr_planes``, ``lr_decoder``,
+            ``lr_rotations``, ``lr_pose``, ``cosine_decay``, ``max_grad_norm``,
+            ``pose_refinement``, ``iterations``, ``epochs``, ``seed``, ``deterministic``,
+            ``cuda_graph``, ``dtype``), each defaulting as the header says.
+    """
+
+    def __init__(self, stack: Tensor, angles, *, device: torch.device | str | None = None,
+                 **options: Any) -> None:
+        op = "kplanes_reconstruct"
+        check_tensor(op, "stack", stack)
+        where = torch.device(device) if device is not None else stack.device
+        if where.type == "cuda" and where.index is None:
+            where = torch.device("cuda", torch.cuda.current_device())
+        stream = torch.cuda.current_stream(where).cuda_stream if where.type == "cuda" else 0
+        self.device = where
+        self._stack_shape = tuple(stack.shape)
+        self._impl = _C.KPlanesReconstruction(dl(stack.detach()), _angle_list(op, angles),
+                                              options, str(where), stream)
+
+    def step(self) -> None:
+        """One training iteration (Adam update included), enqueued on the stream."""
+        self._impl.step()
+
+    def loss(self) -> float:
+        """The last step's loss (synchronises the stream)."""
+        return self._impl.loss()
+
+    def steps_done(self) -> int:
+        return self._impl.steps_done()
+
+    @property
+    def iterations(self) -> int:
+        """Steps of the whole run (the cosine period)."""
+        return self._impl.iterations()
+
+    @property
+    def normalisation(self) -> float:
+        """The stack's 95th percentile, which the stack was divided by."""
+        return self._impl.normalisation()
+
+    @torch.no_grad()
+    def volume(self, volume_shape: Sequence[int] | None = None,
+               chunk_points: int = 1 << 18) -> Tensor:
+        """The field's density on the voxel centres of a ``[D, H, W]`` grid (default ``(H, H,
+        W)`` of the stack), in the stack's units, on the training device."""
+        shape = _shape3("kplanes_reconstruct", volume_shape or
+                        (self._stack_shape[1], self._stack_shape[1], self._stack_shape[2]))
+        volume = torch.empty(shape, dtype=torch.float32, device=self.device)
+        self._impl.export_volume(dl(volume), chunk_points)
+        return volume * self.normalisation
+
+    def save_checkpoint(self, path: str) -> None:
+        self._impl.save_checkpoint(str(path))
+
+    def load_checkpoint(self, path: str) -> None:
+        self._impl.load_checkpoint(str(path))
+
+
+@torch.no_grad()
+def reconstruct(stack, angles, method: str = "sirt", *, volume_shape: Sequence[int] | None = None,
+                device: torch.device | str | None = None,
+                progress: Callable[[int, float], None] | None = None,
+                **settings: Any) -> tuple[Any, dict[str, Any]]:
+    """Reconstructs a volume from a parallel-beam tilt series: what ``fieldfuse tomo`` does, in
+    Python.
+
+    Geometry and units are the projectors' (:func:`fieldfuse.project`): pose m is
+    ``tilt_rotations(angles)[m]``, a tilt about the detector's u axis (the image width); the volume
+    ``[D, H, W]`` fills the box [-1, 1]³ and its values are densities in box units, so
+    ``fieldfuse.project(volume, tilt_rotations(angles))`` reproduces the stack.
+
+    Args:
+        stack: ``[n, H, W]`` projections: a torch tensor (CPU or CUDA) or a NumPy array.
+        angles: n tilt angles in degrees.
+        method: ``"sirt"``, ``"fbp"`` or ``"kplanes"``.
+        volume_shape: ``(D, H, W)`` of the result; default ``(H, H, W)``.
+        device: where to compute (default: the stack's; NumPy stacks: the CPU).
+        progress: ``kplanes`` only: called as ``progress(step, loss)`` after each step (each call
+            synchronises).
+        **settings: ``sirt``: ``iterations`` (50), ``relaxation`` (1.0), ``positivity`` (False);
+            ``fbp``: ``filter`` ("ramp"); ``kplanes``: the options of
+            :class:`KPlanesReconstruction`.
+
+    Returns:
+        ``(volume, report)``: the volume (a float32 tensor on the stack's device, or a NumPy array
+        for a NumPy stack) and a dict with the method, its settings, the time and, for
+        ``kplanes``, the losses, the final poses and the normalisation.
+    """
+    op = "reconstruct"
+    stack, numpy_in = _as_tensor(op, "stack", stack)
+    if method not in _METHODS:
+        raise ValueError(f"{op}(): expected method to be one of {', '.join(_METHODS)}, but got "
+                         f"{method!r}")
+    if stack.dim() != 3:
+        raise ValueError(f"{op}(): expected stack to have shape [n, H, W], but got shape "
+                         f"{list(stack.shape)}")
+    tilts = _angle_list(op, angles)
+    if len(tilts) != stack.shape[0]:
+        raise ValueError(f"{op}(): expected one angle per projection ({stack.shape[0]}), but got "
+                         f"{len(tilts)}")
+    shape = _shape3(op, volume_shape or (stack.shape[1], stack.shape[1], stack.shape[2]))
+    where = torch.device(device) if device is not None else stack.device
+    report: dict[str, Any] = {"method": method, "volume_shape": list(shape),
+                              "settings": dict(settings)}
+    start = time.perf_counter()
+    if method == "kplanes":
+        recon = KPlanesReconstruction(stack, tilts, device=where, **settings)
+        losses = []
+        for step in range(recon.steps_done(), recon.iterations):
+            recon.step()
+            if progress is not None:
+                losses.append(recon.loss())
+                progress(step + 1, losses[-1])
+        final_loss = recon.loss()
+        volume = recon.volume(shape)
+        report.update(losses=losses, final_loss=final_loss, steps=recon.steps_done(),
+                      normalisation=recon.normalisation)
+    else:
+        data = stack.to(device=where, dtype=torch.float32)
+        rotations = tilt_rotations(tilts).to(device=where, dtype=torch.float32)
+        solver = sirt if method == "sirt" else fbp
+        volume = solver(data, rotations, volume_shape=shape, **settings)
+    if volume.is_cuda:
+        torch.cuda.synchronize(volume.device)
+    report["seconds"] = time.perf_counter() - start
+    volume = volume.to(stack.device)
+    return (volume.numpy() if numpy_in else volume), report
