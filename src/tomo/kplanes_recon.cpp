@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <sstream>
 
 #include "core/check.h"
 #include "core/dispatch.h"
@@ -210,14 +209,17 @@ TensorRef ReconParam::flat(const Buffer& buffer, DType dtype) const {
 }
 
 std::vector<std::pair<std::string, std::string>> describe(const KPlanesReconOptions& o) {
-  std::ostringstream resolutions;
+  // No ostringstream: its locale facets crash the Python module where the toolchain links
+  // libstdc++ statically into it and the process already has another libstdc++ (the H100
+  // machines' build: describe() segfaulted in std::ostream::_M_insert<long>).
+  std::string resolutions;
   for (std::size_t l = 0; l < o.resolutions.size(); ++l) {
-    resolutions << (l ? "," : "") << o.resolutions[l];
+    resolutions += (l ? "," : "") + std::to_string(o.resolutions[l]);
   }
   auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
   return {{"num_tilts", std::to_string(o.num_tilts)},
           {"channels", std::to_string(o.channels)},
-          {"resolutions", resolutions.str()},
+          {"resolutions", resolutions},
           {"decoder", o.decoder},
           {"hidden", std::to_string(o.hidden)},
           {"layers", std::to_string(o.layers)},
@@ -557,6 +559,11 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
                   pts_rs = tensor(points, {R, S, 3}), delta_rs = tensor(delta_ts, {R, S}),
                   valid_rs = tensor(valid, {R, S}, DType::Bool);
   ray_box_samples_padded_forward(o_ref, d_ref, ds, pts_rs, delta_rs, valid_rs, stream);
+  glue::SpreadPaddingStage<T> spread;
+  spread.capacity = S;
+  spread.valid = valid.as<bool>();
+  spread.points = points.as<T>();
+  glue::for_each(device, R * S, 16, spread, stream);
 
   glue::TapStage<T> tap;
   tap.rays = R;

@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <memory>
 
 #include "core/check.h"
 #include "tomo/kplanes_recon_impl.h"
@@ -33,10 +33,17 @@ constexpr uint32_t kByteOrder = 0x01020304;
 constexpr const char* kSaveOp = "kplanes_reconstruct.save_checkpoint";
 constexpr const char* kLoadOp = "kplanes_reconstruct.load_checkpoint";
 
+// C stdio rather than fstreams: Note [no iostreams] in src/core/core.cpp.
+struct FileCloser {
+  void operator()(std::FILE* file) const { std::fclose(file); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
 class Writer {
  public:
-  explicit Writer(std::ofstream& out) : out_(out) {}
-  void bytes(const void* data, std::size_t n) { out_.write(static_cast<const char*>(data), n); }
+  explicit Writer(std::FILE* out) : out_(out) {}
+  void bytes(const void* data, std::size_t n) { ok_ = ok_ && std::fwrite(data, 1, n, out_) == n; }
+  bool ok() const { return ok_; }
   template <class V>
   void value(V v) {
     bytes(&v, sizeof(V));
@@ -47,15 +54,15 @@ class Writer {
   }
 
  private:
-  std::ofstream& out_;
+  std::FILE* out_;
+  bool ok_ = true;
 };
 
 class Reader {
  public:
-  Reader(std::ifstream& in, const std::string& path) : in_(in), path_(path) {}
+  Reader(std::FILE* in, const std::string& path) : in_(in), path_(path) {}
   void bytes(void* data, std::size_t n) {
-    in_.read(static_cast<char*>(data), static_cast<std::streamsize>(n));
-    if (!in_) fail("is truncated or unreadable");
+    if (std::fread(data, 1, n, in_) != n) fail("is truncated or unreadable");
   }
   template <class V>
   V value() {
@@ -75,7 +82,7 @@ class Reader {
   }
 
  private:
-  std::ifstream& in_;
+  std::FILE* in_;
   std::string path_;
 };
 
@@ -85,11 +92,11 @@ void KPlanesReconstruction::save_checkpoint(const std::string& path) const {
   const Impl& s = *impl_;
   const std::string temp = path + ".tmp";
   {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    File out(std::fopen(temp.c_str(), "wb"));
     if (!out) {
       detail::fail(ErrorKind::Value, kSaveOp, "cannot open \"" + temp + "\" for writing");
     }
-    Writer w(out);
+    Writer w(out.get());
     w.bytes(kMagic, sizeof(kMagic));
     w.value<uint32_t>(kVersion);
     w.value<uint32_t>(kByteOrder);
@@ -116,9 +123,8 @@ void KPlanesReconstruction::save_checkpoint(const std::string& path) const {
       }
     }
     w.bytes(kEnd, sizeof(kEnd));
-    out.flush();
-    if (!out) {
-      out.close();
+    const bool flushed = std::fflush(out.get()) == 0;
+    if (!w.ok() || !flushed || std::fclose(out.release()) != 0) {
       std::remove(temp.c_str());
       detail::fail(ErrorKind::Runtime, kSaveOp, "writing \"" + temp + "\" failed");
     }
@@ -132,9 +138,9 @@ void KPlanesReconstruction::save_checkpoint(const std::string& path) const {
 
 void KPlanesReconstruction::load_checkpoint(const std::string& path) {
   Impl& s = *impl_;
-  std::ifstream in(path, std::ios::binary);
+  File in(std::fopen(path.c_str(), "rb"));
   if (!in) detail::fail(ErrorKind::Value, kLoadOp, "cannot open checkpoint \"" + path + "\"");
-  Reader r(in, path);
+  Reader r(in.get(), path);
   char magic[8];
   r.bytes(magic, sizeof(magic));
   if (std::memcmp(magic, kMagic, sizeof(magic)) != 0) {

@@ -129,6 +129,7 @@ void CudaGraph::launch(Stream stream) {
   template void cuda_for_each(int64_t, const PoseStage<T>&, Stream);                           \
   template void cuda_for_each(int64_t, const RayStage<T>&, Stream);                            \
   template void cuda_for_each(int64_t, const TapStage<T>&, Stream);                            \
+  template void cuda_for_each(int64_t, const SpreadPaddingStage<T>&, Stream);                  \
   template void cuda_for_each(int64_t, const DensityStage<T>&, Stream);                        \
   template void cuda_for_each(int64_t, const TermStage<T>&, Stream);                           \
   template void cuda_for_each(int64_t, const SeedStage<T>&, Stream);                           \
