@@ -32,6 +32,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -112,7 +113,9 @@ class TiltSeriesModel(torch.nn.Module):
         learnable[self.reference] = 0
         self.register_buffer("learnable", learnable)
         self.height, self.width = height, width
-        self.ds = 2.0 / max(stack_shape)
+        self.ds = 2.0 / max(height, width)
+        # The ray sampler (bench/bench_tomo.py swaps in a plain-PyTorch one).
+        self.sampler = fieldfuse.ray_box_samples_padded
 
     def rotations(self) -> torch.Tensor:
         z1 = torch.deg2rad(self.z1 * self.learnable)
@@ -129,7 +132,7 @@ class TiltSeriesModel(torch.nn.Module):
 
     def loss(self, m, i, j, target, args: argparse.Namespace, generator: torch.Generator):
         origins, directions = self.rays(m, i, j)
-        points, deltas, valid = fieldfuse.ray_box_samples_padded(origins, directions, self.ds)
+        points, deltas, valid = self.sampler(origins, directions, self.ds)
         flat = points[valid]
         taps = self.field.tv_tap_coords(flat, args.tv_points, generator=generator)
         density, tap_density = self.field.forward_with_tv_taps(flat, taps)
@@ -155,26 +158,23 @@ class TiltSeriesModel(torch.nn.Module):
         return values.reshape(shape)
 
 
-def train(stack: torch.Tensor, tilts: torch.Tensor, volume_shape, args: argparse.Namespace,
-          device: torch.device) -> tuple[torch.Tensor, list[float]]:
-    """Trains on `stack` (normalised by its 95th percentile, as the C++ route does) and returns
-    the volume in the stack's units and the losses."""
-    scale = float(np.percentile(stack.double().cpu().numpy(), 95))
-    data = (stack / scale).float().to(device)
-    torch.manual_seed(args.seed)  # the decoder's initialisation
-    model = TiltSeriesModel(tuple(stack.shape), tilts, args, device)
+def make_step(model: TiltSeriesModel, data: torch.Tensor, args: argparse.Namespace,
+              device: torch.device) -> Callable[[], torch.Tensor]:
+    """One training step of `model` on the normalised stack `data`: draw `args.rays` pixels (ray
+    r from projection r mod n), the loss, its backward, clipping, Adam with the spec's rates and
+    a cosine decay over `args.iterations`. Returns the step's loss (on the device)."""
     field = model.field
     groups = [{"params": list(field.planes), "lr": 1e-2},
               {"params": list(field.decoder.parameters()), "lr": 1e-3},
               {"params": [field.rotation_params], "lr": 1e-2}]
     if not args.no_pose_refinement:
         groups.append({"params": [model.z1, model.z3, model.shifts], "lr": 1e-2})
-    optimizer = torch.optim.Adam(groups)
+    optimizer = torch.optim.Adam(groups, fused=device.type == "cuda" or None)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.iterations)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     n, height, width = data.shape
-    losses = []
-    for _ in range(args.iterations):
+
+    def step() -> torch.Tensor:
         m = torch.arange(args.rays, device=device) % n
         i = torch.randint(height, (args.rays,), device=device, generator=generator)
         j = torch.randint(width, (args.rays,), device=device, generator=generator)
@@ -184,7 +184,25 @@ def train(stack: torch.Tensor, tilts: torch.Tensor, volume_shape, args: argparse
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        losses.append(loss.item())
+        return loss.detach()
+    return step
+
+
+def normalised(stack: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The stack divided by its 95th percentile (as the C++ route does), and that percentile."""
+    scale = float(np.percentile(stack.double().cpu().numpy(), 95))
+    return (stack / scale).float(), scale
+
+
+def train(stack: torch.Tensor, tilts: torch.Tensor, volume_shape, args: argparse.Namespace,
+          device: torch.device) -> tuple[torch.Tensor, list[float]]:
+    """Trains on `stack` and returns the volume in the stack's units and the losses."""
+    data, scale = normalised(stack)
+    data = data.to(device)
+    torch.manual_seed(args.seed)  # the decoder's initialisation
+    model = TiltSeriesModel(tuple(stack.shape), tilts, args, device)
+    step = make_step(model, data, args, device)
+    losses = [step().item() for _ in range(args.iterations)]
     return model.volume(volume_shape).cpu() * scale, losses
 
 
