@@ -246,8 +246,11 @@ void add_volume_output(AtomicOutputs& outputs, const std::string& path, const Vo
 }
 
 void print_progress(TomoMethod method, const IterationRecord& record, double psnr_db) {
-  std::printf("  %s iter %5lld  residual %.4e  %7.1f ms/iter", tomo_method_name(method),
-              static_cast<long long>(record.iteration), record.residual, 1e3 * record.seconds);
+  const bool kplanes = method == TomoMethod::KPlanes;
+  std::printf("  %s %s %5lld  %s %.4e  %7.1f ms/%s", tomo_method_name(method),
+              kplanes ? "step" : "iter", static_cast<long long>(record.iteration),
+              kplanes ? "loss" : "residual", record.residual, 1e3 * record.seconds,
+              kplanes ? "step" : "iter");
   if (!std::isnan(psnr_db)) std::printf("  PSNR %.2f dB", psnr_db);
   std::printf("\n");
   std::fflush(stdout);
@@ -276,6 +279,10 @@ int run_tomo(const TomoOptions& options) {
   std::vector<std::pair<std::string, std::string>> planned;  // (flag, path) of every output
   if (!options.output.empty()) planned.emplace_back("--output", options.output);
   if (!options.report.empty()) planned.emplace_back("--report", options.report);
+  if (!options.checkpoint.empty()) {
+    check_output_directory("--checkpoint", options.checkpoint);
+    planned.emplace_back("--checkpoint", options.checkpoint);
+  }
   const auto in_dir = [](const std::string& dir, const std::string& name) {
     return (std::filesystem::path(dir) / name).string();
   };
@@ -354,6 +361,10 @@ int run_tomo(const TomoOptions& options) {
     settings.relaxation = options.relaxation;
     settings.positivity = options.positivity;
     settings.filter = options.filter;
+    settings.kplanes = options.kplanes;
+    settings.checkpoint = options.checkpoint;
+    settings.checkpoint_every = options.checkpoint_every;
+    settings.resume = options.resume;
     settings.progress_every = options.quiet ? 0 : options.progress_every;
     settings.progress_needs_estimate = problem.has_truth;
     results[k] = run_method(

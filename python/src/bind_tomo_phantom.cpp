@@ -16,6 +16,22 @@ namespace {
 
 using Array = TensorArg;  // Note [DLPack exchange API]
 
+/// Binds `metric(estimate, reference, extra)` as `name`, its third argument named `extra`.
+template <class Extra>
+void def_metric(nb::module_& m, const char* name,
+                double (*metric)(const TensorRef&, const TensorRef&, Extra), const char* extra,
+                const char* doc) {
+  m.def(
+      name,
+      [name, metric](const Array& estimate, const Array& reference, Extra value) {
+        const TensorRef e = to_tensor_ref(estimate, name, "estimate"),
+                        r = to_tensor_ref(reference, name, "reference");
+        nb::gil_scoped_release release;
+        return metric(e, r, value);
+      },
+      "estimate"_a.noconvert(), "reference"_a.noconvert(), nb::arg(extra), doc);
+}
+
 }  // namespace
 
 void bind_tomo_phantom(nb::module_& m) {
@@ -42,37 +58,15 @@ void bind_tomo_phantom(nb::module_& m) {
       "Writes the phantom's exact line integrals for the poses `rotations [n, 3, 3]` (float64, "
       "host) into the host array `projections [n, Hd, Wd]` (float32 or float64, contiguous), "
       "averaged over supersample^2 rays per pixel (box units).");
-  m.def(
-      "psnr",
-      [](const Array& estimate, const Array& reference, double data_range) {
-        const TensorRef e = to_tensor_ref(estimate, "psnr", "estimate"),
-                        r = to_tensor_ref(reference, "psnr", "reference");
-        nb::gil_scoped_release release;
-        return psnr(e, r, data_range);
-      },
-      "estimate"_a.noconvert(), "reference"_a.noconvert(), "data_range"_a,
-      "10·log10(data_range² / MSE) of two host arrays of one shape and dtype (inf if equal).");
-  m.def(
-      "ssim_3d",
-      [](const Array& estimate, const Array& reference, double data_range) {
-        const TensorRef e = to_tensor_ref(estimate, "ssim_3d", "estimate"),
-                        r = to_tensor_ref(reference, "ssim_3d", "reference");
-        nb::gil_scoped_release release;
-        return ssim_3d(e, r, data_range);
-      },
-      "estimate"_a.noconvert(), "reference"_a.noconvert(), "data_range"_a,
-      "Mean 3-D SSIM of two host volumes [D, H, W] (Gaussian window sigma 1.5, 11 taps).");
-  m.def(
-      "profile_error",
-      [](const Array& estimate, const Array& reference, int axis) {
-        const TensorRef e = to_tensor_ref(estimate, "profile_error", "estimate"),
-                        r = to_tensor_ref(reference, "profile_error", "reference");
-        nb::gil_scoped_release release;
-        return profile_error(e, r, axis);
-      },
-      "estimate"_a.noconvert(), "reference"_a.noconvert(), "axis"_a,
-      "‖p(estimate) − p(reference)‖ / ‖p(reference)‖ of the mean profiles along `axis` "
-      "(0 = D, 1 = H, 2 = W) of two host volumes [D, H, W].");
+  def_metric<double>(m, "psnr", &psnr, "data_range",
+                     "10·log10(data_range² / MSE) of two host arrays of one shape and dtype "
+                     "(inf if equal).");
+  def_metric<double>(m, "ssim_3d", &ssim_3d, "data_range",
+                     "Mean 3-D SSIM of two host volumes [D, H, W] (Gaussian window sigma 1.5, "
+                     "11 taps).");
+  def_metric<int>(m, "profile_error", &profile_error, "axis",
+                  "‖p(estimate) − p(reference)‖ / ‖p(reference)‖ of the mean profiles along "
+                  "`axis` (0 = D, 1 = H, 2 = W) of two host volumes [D, H, W].");
 }
 
 }  // namespace fieldfuse::python
