@@ -25,9 +25,10 @@ constexpr double kMaxWeight = 1e6;
 constexpr double kMaxRate = 10.0;
 
 // The embedded run (64^3, 41 tilts, 2 CPU cores): half the spec's rays and a fifth of its TV
-// points keep the 300 steps near 0.06-0.1 s each (20-30 s), and a 10x plane rate makes up for the
-// short run: 34.9 dB / SSIM 0.93 against 33.8 / 0.90 at 0.03 and about 28 dB at the spec's 1e-2
-// (docs/tomo_cli.md has the table).
+// points bring a step to about 0.06 s, so 600 steps take about 37 s, and a 10x plane rate makes
+// up for the short run: 36.3 dB / SSIM 0.95 (34.9 / 0.93 after 300 steps; 33.8 / 0.90 at a rate
+// of 0.03 and about 28 dB at the spec's 1e-2; docs/tomo_cli.md has the table).
+constexpr std::int64_t kEmbeddedIterations = 600;
 constexpr std::int64_t kEmbeddedRays = 1024;
 constexpr std::int64_t kEmbeddedTvPoints = 2000;
 constexpr double kEmbeddedLrPlanes = 0.1;
@@ -112,7 +113,7 @@ FlagTable kplanes_flags(TomoOptions& options, const std::string& group) {
        embedded_default(std::to_string(d.rays), std::to_string(kEmbeddedRays)), group,
        [&k](const std::string& v) { k.rays = parse_integer("--rays", v, 1, kMaxRays); }},
       {"--kplanes-iterations", "N", "K-Planes training steps (and the cosine decay's period)",
-       std::to_string(d.iterations), group,
+       embedded_default(std::to_string(d.iterations), std::to_string(kEmbeddedIterations)), group,
        [&k](const std::string& v) {
          k.iterations = parse_integer("--kplanes-iterations", v, 1, kMaxSteps);
        }},
@@ -198,6 +199,9 @@ void finish_kplanes_options(const CLI::App& command, TomoOptions& options, bool 
   options.kplanes.seed = options.seed;
   if (from_file) return;
   if (command.count("--rays") == 0) options.kplanes.rays = kEmbeddedRays;
+  if (command.count("--kplanes-iterations") == 0 && command.count("--epochs") == 0) {
+    options.kplanes.iterations = kEmbeddedIterations;
+  }
   if (command.count("--tv-points") == 0) options.kplanes.tv_points = kEmbeddedTvPoints;
   if (command.count("--lr-planes") == 0) options.kplanes.lr_planes = kEmbeddedLrPlanes;
 }

@@ -177,7 +177,8 @@ TEST(TomoOptions, KPlanesTakesEveryFlagAndTheEmbeddedRunItsOwnDefaults) {
   EXPECT_EQ(embedded.kplanes.rays, 1024);
   EXPECT_EQ(embedded.kplanes.tv_points, 2000);
   EXPECT_DOUBLE_EQ(embedded.kplanes.lr_planes, 0.1);
-  EXPECT_EQ(embedded.kplanes.iterations, library.iterations);
+  EXPECT_EQ(embedded.kplanes.iterations, 600);
+  EXPECT_EQ(parse_tomo_options({"--epochs", "2"}).kplanes.iterations, library.iterations);
   EXPECT_EQ(parse_tomo_options({"--rays", "64"}).kplanes.rays, 64);  // a given flag wins
 }
 
