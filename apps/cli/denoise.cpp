@@ -12,7 +12,7 @@
 #include "cli_error.h"
 #include "denoise_options.h"
 #include "denoise_report.h"
-#include "metrics.h"
+#include "fieldfuse/metrics.h"
 #include "npy.h"
 #include "phantom.h"
 #include "preview.h"
@@ -92,10 +92,10 @@ double reference_range(const Volume& clean) {
 Metrics score(const Volume& noisy, const Volume& denoised, const Volume& clean) {
   Metrics m;
   m.data_range = reference_range(clean);
-  m.psnr_noisy = psnr(noisy, clean, m.data_range);
-  m.psnr_denoised = psnr(denoised, clean, m.data_range);
-  m.ssim_noisy = ssim_3d(noisy, clean, m.data_range);
-  m.ssim_denoised = ssim_3d(denoised, clean, m.data_range);
+  m.psnr_noisy = fieldfuse::psnr(host_view(noisy), host_view(clean), m.data_range);
+  m.psnr_denoised = fieldfuse::psnr(host_view(denoised), host_view(clean), m.data_range);
+  m.ssim_noisy = fieldfuse::ssim_3d(host_view(noisy), host_view(clean), m.data_range);
+  m.ssim_denoised = fieldfuse::ssim_3d(host_view(denoised), host_view(clean), m.data_range);
   return m;
 }
 

@@ -7,10 +7,14 @@
 #include <random>
 
 #include "core/parallel.h"
-#include "ellipsoid.h"
+#include "tomo/phantom_math.h"
 
 namespace fieldfuse::cli {
 namespace {
+
+using fieldfuse::detail::tomo::cell_centre;
+using fieldfuse::detail::tomo::ellipsoid_contains;
+using fieldfuse::detail::tomo::EllipsoidShape;
 
 constexpr double kPi = 3.14159265358979323846;
 

@@ -24,8 +24,8 @@
 #include <utility>
 
 #include "cli_error.h"
-#include "metrics.h"
-#include "ordered_sum.h"
+#include "core/ordered_sum.h"
+#include "fieldfuse/metrics.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -34,9 +34,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ‖v‖, floored at the smallest normal double so an all-zero input gives bounds of 0, not 0/0.
 double floored_norm(const std::vector<float>& values) {
-  const double sum_of_squares =
-      ordered_sum(static_cast<std::int64_t>(values.size()),
-                  [&](std::int64_t i) { return static_cast<double>(values[i]) * values[i]; });
+  const double sum_of_squares = fieldfuse::detail::ordered_sum(
+      static_cast<std::int64_t>(values.size()),
+      [&](std::int64_t i) { return static_cast<double>(values[i]) * values[i]; });
   return std::max(std::sqrt(sum_of_squares), std::numeric_limits<double>::min());
 }
 

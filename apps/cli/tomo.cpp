@@ -22,8 +22,9 @@
 #include "atomic_outputs.h"
 #include "cli_error.h"
 #include "fieldfuse/core.h"
+#include "fieldfuse/metrics.h"
+#include "fieldfuse/tomo_phantom.h"
 #include "file_io.h"
-#include "metrics.h"
 #include "mrc.h"
 #include "npy.h"
 #include "phantom.h"
@@ -31,7 +32,6 @@
 #include "tiff_writer.h"
 #include "tilt_angles.h"
 #include "tomo_methods.h"
-#include "tomo_phantom.h"
 #include "tomo_report.h"
 #include "volume_io.h"
 
@@ -79,11 +79,14 @@ struct Problem {
 Problem phantom_problem(const TomoOptions& options) {
   Problem p;
   const std::int64_t n = options.phantom_size;
-  const std::vector<PhantomPart> parts = embedded_phantom();
   p.series.angles = parse_angle_range(options.angles, "--angles");
   set_tilt_rotations(p.series);
-  p.series.stack =
-      project_phantom(parts, tilt_rotations(p.series.angles), n, n, kProjectionSupersample);
+  std::vector<double> rotations = tilt_rotations(p.series.angles);
+  const auto count = static_cast<std::int64_t>(p.series.angles.size());
+  p.series.stack = Volume(count, n, n);
+  fieldfuse::tomo_phantom_projections(
+      TensorRef::contiguous(rotations.data(), DType::Float64, {}, {count, 3, 3}),
+      host_view(p.series.stack), kProjectionSupersample);
   // Box lengths to pixel lengths: the box's 2 units span n pixels.
   float peak = 0.0f;
   for (float& v : p.series.stack.voxels) {
@@ -185,9 +188,11 @@ double truth_range(const Volume& truth) {
 
 TomoScores score(const Volume& estimate, const Volume& truth, double range) {
   TomoScores s;
-  s.psnr = psnr(estimate, truth, range);
-  s.ssim = ssim_3d(estimate, truth, range);
-  for (int axis = 0; axis < 3; ++axis) s.axis_error[axis] = profile_error(estimate, truth, axis);
+  s.psnr = fieldfuse::psnr(host_view(estimate), host_view(truth), range);
+  s.ssim = fieldfuse::ssim_3d(host_view(estimate), host_view(truth), range);
+  for (int axis = 0; axis < 3; ++axis) {
+    s.axis_error[axis] = fieldfuse::profile_error(host_view(estimate), host_view(truth), axis);
+  }
   return s;
 }
 
@@ -241,8 +246,11 @@ void add_volume_output(AtomicOutputs& outputs, const std::string& path, const Vo
 }
 
 void print_progress(TomoMethod method, const IterationRecord& record, double psnr_db) {
-  std::printf("  %s iter %5lld  residual %.4e  %7.1f ms/iter", tomo_method_name(method),
-              static_cast<long long>(record.iteration), record.residual, 1e3 * record.seconds);
+  const bool kplanes = method == TomoMethod::KPlanes;
+  std::printf("  %s %s %5lld  %s %.4e  %7.1f ms/%s", tomo_method_name(method),
+              kplanes ? "step" : "iter", static_cast<long long>(record.iteration),
+              kplanes ? "loss" : "residual", record.residual, 1e3 * record.seconds,
+              kplanes ? "step" : "iter");
   if (!std::isnan(psnr_db)) std::printf("  PSNR %.2f dB", psnr_db);
   std::printf("\n");
   std::fflush(stdout);
@@ -271,6 +279,10 @@ int run_tomo(const TomoOptions& options) {
   std::vector<std::pair<std::string, std::string>> planned;  // (flag, path) of every output
   if (!options.output.empty()) planned.emplace_back("--output", options.output);
   if (!options.report.empty()) planned.emplace_back("--report", options.report);
+  if (!options.checkpoint.empty()) {
+    check_output_directory("--checkpoint", options.checkpoint);
+    planned.emplace_back("--checkpoint", options.checkpoint);
+  }
   const auto in_dir = [](const std::string& dir, const std::string& name) {
     return (std::filesystem::path(dir) / name).string();
   };
@@ -291,8 +303,8 @@ int run_tomo(const TomoOptions& options) {
   normalise(problem);
   const Shapes shapes = shapes_for(options, problem);
   if (from_phantom) {
-    problem.truth = voxelise_phantom(embedded_phantom(), shapes.internal[0], shapes.internal[1],
-                                     shapes.internal[2], kTruthSupersample);
+    problem.truth = Volume(shapes.internal[0], shapes.internal[1], shapes.internal[2]);
+    fieldfuse::tomo_phantom_volume(host_view(problem.truth), kTruthSupersample);
     Volume kept(shapes.slices, shapes.internal[1], shapes.internal[2]);
     const std::int64_t plane = kept.height * kept.width;
     std::copy_n(problem.truth.voxels.begin() + shapes.first_slice * plane, kept.numel(),
@@ -349,16 +361,21 @@ int run_tomo(const TomoOptions& options) {
     settings.relaxation = options.relaxation;
     settings.positivity = options.positivity;
     settings.filter = options.filter;
+    settings.kplanes = options.kplanes;
+    settings.checkpoint = options.checkpoint;
+    settings.checkpoint_every = options.checkpoint_every;
+    settings.resume = options.resume;
     settings.progress_every = options.quiet ? 0 : options.progress_every;
     settings.progress_needs_estimate = problem.has_truth;
-    results[k] = run_method(backend, problem.series, shapes.internal, settings,
-                            [&](const IterationRecord& it, const Volume& estimate) {
-                              const double db = problem.has_truth
-                                                    ? psnr(to_output(estimate, problem, shapes),
-                                                           problem.truth, range)
-                                                    : std::nan("");
-                              print_progress(method, it, db);
-                            });
+    results[k] = run_method(
+        backend, problem.series, shapes.internal, settings,
+        [&](const IterationRecord& it, const Volume& estimate) {
+          const double db = problem.has_truth
+                                ? fieldfuse::psnr(host_view(to_output(estimate, problem, shapes)),
+                                                  host_view(problem.truth), range)
+                                : std::nan("");
+          print_progress(method, it, db);
+        });
     volumes[k] = to_output(results[k].volume, problem, shapes);
     TomoMethodRecord m;
     m.method = method;

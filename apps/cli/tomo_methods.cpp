@@ -7,6 +7,7 @@
 
 #include "fieldfuse/project.h"
 #include "fieldfuse/tomo.h"
+#include "tomo_kplanes.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -64,6 +65,9 @@ void set_tilt_rotations(TiltSeries& series) {
 MethodResult run_method(Backend& backend, const TiltSeries& series,
                         const std::array<std::int64_t, 3>& shape, const MethodSettings& settings,
                         const MethodProgress& progress) {
+  if (settings.method == TomoMethod::KPlanes) {
+    return run_kplanes(backend, series, shape, settings, progress);
+  }
   const Clock::time_point start = Clock::now();
   DeviceProblem problem(backend, series, shape);
   MethodResult result;

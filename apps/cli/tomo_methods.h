@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// One reconstruction of `fieldfuse tomo` on a backend: SIRT or FBP through the library's tomo API,
-// and the plain back projection the methods are measured against.
+// One reconstruction of `fieldfuse tomo` on a backend: SIRT, FBP or K-Planes through the library's
+// tomo API, and the plain back projection the methods are measured against.
 #pragma once
 
 #include <array>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "fieldfuse/tomo_kplanes.h"
 #include "tomo_options.h"
 #include "volume.h"
 
@@ -35,21 +36,43 @@ struct MethodSettings {
   double relaxation = 1.0;
   bool positivity = false;
   std::string filter;
+  // K-Planes: the library's options and the checkpoint files (TomoOptions has their meaning).
+  fieldfuse::KPlanesReconOptions kplanes;
+  std::string checkpoint;
+  std::int64_t checkpoint_every = 0;
+  std::string resume;
   std::int64_t progress_every = 0;       ///< 0: no progress callbacks
   bool progress_needs_estimate = false;  ///< download the estimate for each callback (for PSNR)
 };
 
-/// What one SIRT iteration reports (none for FBP).
+/// What one SIRT iteration or one logged K-Planes step reports (none for FBP).
 struct IterationRecord {
   std::int64_t iteration = 0;  ///< 1-based
-  double residual = 0.0;  ///< ‖b − A·x‖/‖b‖ of the estimate before this iteration's update
-  double seconds = 0.0;  ///< wall time of this iteration
+  /// SIRT: ‖b − A·x‖/‖b‖ of the estimate before this iteration's update; K-Planes: the step's
+  /// loss (before its update).
+  double residual = 0.0;
+  /// SIRT: wall time of this iteration; K-Planes: mean wall time per step since the last record.
+  double seconds = 0.0;
+};
+
+/// What a K-Planes run reports beyond its records (tomo_kplanes.h).
+struct KPlanesOutcome {
+  std::vector<std::pair<std::string, std::string>> options;  ///< as trained (describe())
+  std::int64_t iterations = 0;                               ///< the run's total steps
+  std::int64_t first_step = 0;  ///< steps done before this run (a resumed checkpoint's)
+  std::int64_t steps_run = 0;
+  double train_seconds = 0.0;  ///< the steps alone: no progress exports, no checkpoints
+  double normalisation = 1.0;  ///< the 95th percentile it divided the (normalised) stack by
+  std::int64_t reference_projection = 0;
+  std::vector<fieldfuse::KPlanesPose> poses;
+  std::vector<std::int64_t> checkpoint_steps;  ///< steps at which --checkpoint was saved
 };
 
 struct MethodResult {
   Volume volume;  ///< [D, H, W] in the projector's frame and units (box lengths)
   std::vector<IterationRecord> iterations;
-  double seconds = 0.0;  ///< the whole method, uploads and downloads included
+  double seconds = 0.0;    ///< the whole method, uploads and downloads included
+  KPlanesOutcome kplanes;  ///< K-Planes only
 };
 
 /// Every `progress_every` iterations: the record and, when `progress_needs_estimate`, the current

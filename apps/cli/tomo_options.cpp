@@ -11,6 +11,7 @@
 #include "file_io.h"
 #include "mrc.h"
 #include "tilt_angles.h"
+#include "tomo_kplanes_options.h"
 
 namespace fieldfuse::cli {
 namespace {
@@ -37,8 +38,8 @@ constexpr std::int64_t kMaxVolumeExtent = 32768;
 const char* const kHelpHint = "see 'fieldfuse tomo --help'";
 
 // Flags that only a file run takes, and those only the embedded phantom takes.
-const char* const kFileFlags[] = {"--tlt", "--tilt-axis", "--truth", "--output"};
-const char* const kPhantomFlags[] = {"--phantom-size", "--noise", "--seed", "--output-dir"};
+const std::vector<const char*> kFileFlags = {"--tlt", "--tilt-axis", "--truth", "--output"};
+const std::vector<const char*> kPhantomFlags = {"--phantom-size", "--noise", "--output-dir"};
 
 std::array<std::int64_t, 3> parse_shape(const std::string& flag, const std::string& text) {
   std::array<std::int64_t, 3> shape{};
@@ -104,14 +105,17 @@ FlagTable tomo_flags(TomoOptions& options) {
        io, [&options](const std::string& v) { options.png_dir = v; }},
       {"--report", "PATH", "JSON report: settings, residuals, timings, metrics", "", io,
        [&options](const std::string& v) { options.report = v; }},
-      {"--method", "sirt|fbp",
-       "sirt: x <- x + lambda*C*A^T*R*(b - A*x) on the voxel grid\n"
-       "fbp:  filtered back-projection\n"
+      {"--method", "sirt|fbp|kplanes",
+       "sirt:    x <- x + lambda*C*A^T*R*(b - A*x) on the voxel grid\n"
+       "fbp:     filtered back-projection\n"
+       "kplanes: a K-Planes neural field trained on the projections\n"
        "default: sirt for --input, every method for the embedded run",
        "", method,
        [&options](const std::string& v) {
-         const std::string name = parse_choice("--method", v, {"sirt", "fbp"});
-         options.methods = {name == "sirt" ? TomoMethod::Sirt : TomoMethod::Fbp};
+         const std::string name = parse_choice("--method", v, {"sirt", "fbp", "kplanes"});
+         options.methods = {name == "sirt"  ? TomoMethod::Sirt
+                            : name == "fbp" ? TomoMethod::Fbp
+                                            : TomoMethod::KPlanes};
        }},
       {"--iterations", "N", "SIRT iterations", std::to_string(kDefaultIterations), method,
        [&options](const std::string& v) {
@@ -154,11 +158,15 @@ FlagTable tomo_flags(TomoOptions& options) {
        [&options](const std::string& v) {
          options.noise = parse_number_in("--noise", v, 0.0, kMaxNoise);
        }},
-      {"--seed", "S", "noise seed", std::to_string(kDefaultSeed), phantom,
+      {"--seed", "S", "the phantom's noise and K-Planes' draws and initialisation",
+       std::to_string(kDefaultSeed), method,
        [&options](const std::string& v) {
          options.seed = static_cast<std::uint64_t>(parse_integer("--seed", v, 0, kInt64Max));
        }},
   };
+  for (Flag& flag : kplanes_flags(options, "K-Planes (--method kplanes)")) {
+    table.push_back(std::move(flag));
+  }
   const FlagTable shared = run_flags(options, "");
   // --help lists flags in table order: --device with the method's flags, the rest at the end.
   FlagTable ordered;
@@ -182,10 +190,20 @@ FlagTable tomo_flags(TomoOptions& options) {
 }  // namespace
 
 const char* tomo_method_name(TomoMethod method) {
-  return method == TomoMethod::Sirt ? "sirt" : "fbp";
+  switch (method) {
+    case TomoMethod::Sirt:
+      return "sirt";
+    case TomoMethod::Fbp:
+      return "fbp";
+    case TomoMethod::KPlanes:
+      break;
+  }
+  return "kplanes";
 }
 
-std::vector<TomoMethod> tomo_methods() { return {TomoMethod::Sirt, TomoMethod::Fbp}; }
+std::vector<TomoMethod> tomo_methods() {
+  return {TomoMethod::Sirt, TomoMethod::Fbp, TomoMethod::KPlanes};
+}
 
 CLI::App* add_tomo_command(CLI::App& app, TomoOptions& options) {
   options.output = "";
@@ -197,7 +215,8 @@ CLI::App* add_tomo_command(CLI::App& app, TomoOptions& options) {
   options.seed = kDefaultSeed;
   options.progress_every = kDefaultProgressEvery;
   return add_command(
-      app, "tomo", "tomographic reconstruction of a tilt series (parallel beam): SIRT or FBP",
+      app, "tomo",
+      "tomographic reconstruction of a tilt series (parallel beam): SIRT, FBP or K-Planes",
       tomo_flags(options),
       "Without --input it reconstructs an embedded phantom (ellipsoids and dense particles,\n"
       "projected analytically over -60..60 degrees every 3 with noise) with every method\n"
@@ -225,6 +244,7 @@ void finish_tomo_options(const CLI::App& command, TomoOptions& options) {
   if (options.methods.empty()) {
     options.methods = from_file ? std::vector<TomoMethod>{TomoMethod::Sirt} : tomo_methods();
   }
+  finish_kplanes_options(command, options, from_file);
 }
 
 TomoOptions parse_tomo_options(const std::vector<std::string>& args) {

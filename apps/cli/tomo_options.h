@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fieldfuse/tomo_kplanes.h"
 #include "flag_table.h"
 
 namespace CLI {
@@ -16,11 +17,11 @@ class App;
 
 namespace fieldfuse::cli {
 
-/// A reconstruction method of `fieldfuse tomo`. Adding one (K-Planes) means a value here, its name
-/// in tomo_method_names(), its flags in the table and its branch in tomo_methods.cpp.
-enum class TomoMethod { Sirt, Fbp };
+/// A reconstruction method of `fieldfuse tomo`. Adding one means a value here, its name in
+/// tomo_method_name(), its flags in the table and its branch in tomo_methods.cpp.
+enum class TomoMethod { Sirt, Fbp, KPlanes };
 
-/// "sirt", "fbp".
+/// "sirt", "fbp", "kplanes".
 const char* tomo_method_name(TomoMethod method);
 /// Every method this build offers, in the order the embedded run compares them.
 std::vector<TomoMethod> tomo_methods();
@@ -45,10 +46,16 @@ struct TomoOptions : RunOptions {
   /// Output frame [D, H, W]; all 0 = the default (see --help).
   std::array<std::int64_t, 3> volume_shape{};
   std::int64_t thickness = 0;  ///< 0 = all of D
+  // K-Planes (tomo_kplanes_options.h): the library's options (resolutions empty = the phantom or
+  // detector size), and the checkpoint files.
+  fieldfuse::KPlanesReconOptions kplanes;
+  std::string checkpoint;             ///< "" = none; saved at the end and every checkpoint_every
+  std::int64_t checkpoint_every = 0;  ///< steps; 0 = only at the end
+  std::string resume;                 ///< "" = start from step 0
   // Embedded phantom.
   std::int64_t phantom_size = 0;
   double noise = 0.0;
-  std::uint64_t seed = 0;
+  std::uint64_t seed = 0;  ///< the phantom's noise and K-Planes' draws and initialisation
 };
 
 /// Registers `fieldfuse tomo` and its flag table on `app`; `options` receives the defaults now and

@@ -19,6 +19,46 @@ Json scores_json(const TomoScores& s) {
       {"profile_error", {{"z", s.axis_error[0]}, {"y", s.axis_error[1]}, {"x", s.axis_error[2]}}}};
 }
 
+// The K-Planes entry: settings as trained, losses, per-step times, poses and the normalisation.
+void add_kplanes(Json& entry, const TomoOptions& options, const MethodResult& result) {
+  const KPlanesOutcome& k = result.kplanes;
+  Json settings = Json::object();
+  for (const auto& [name, value] : k.options) settings[name] = value;
+  settings["checkpoint"] = options.checkpoint.empty() ? Json(nullptr) : Json(options.checkpoint);
+  settings["checkpoint_every"] = options.checkpoint_every;
+  settings["resume"] = options.resume.empty() ? Json(nullptr) : Json(options.resume);
+  entry["settings"] = std::move(settings);
+  Json steps = Json::array(), losses = Json::array(), seconds = Json::array();
+  for (const IterationRecord& it : result.iterations) {
+    steps.push_back(it.iteration);
+    losses.push_back(it.residual);
+    seconds.push_back(it.seconds);
+  }
+  entry["logged_steps"] = std::move(steps);
+  entry["loss"] = std::move(losses);
+  entry["step_seconds"] = std::move(seconds);
+  entry["iterations"] = k.iterations;
+  entry["first_step"] = k.first_step;
+  entry["steps_run"] = k.steps_run;
+  entry["train_seconds"] = k.train_seconds;
+  entry["seconds_per_step"] =
+      k.steps_run > 0 ? Json(k.train_seconds / static_cast<double>(k.steps_run)) : Json(nullptr);
+  entry["normalisation_divisor"] = k.normalisation;
+  entry["reference_projection"] = k.reference_projection;
+  Json tilt = Json::array(), z1 = Json::array(), z3 = Json::array(), su = Json::array(),
+       sv = Json::array();
+  for (const fieldfuse::KPlanesPose& p : k.poses) {
+    tilt.push_back(p.tilt);
+    z1.push_back(p.z1);
+    z3.push_back(p.z3);
+    su.push_back(p.shift_u);
+    sv.push_back(p.shift_v);
+  }
+  entry["poses_degrees_and_detector_units"] = {
+      {"tilt", tilt}, {"z1", z1}, {"z3", z3}, {"shift_u", su}, {"shift_v", sv}};
+  entry["checkpoint_steps"] = k.checkpoint_steps;
+}
+
 }  // namespace
 
 std::string tomo_report_json(const TomoRecord& record) {
@@ -57,6 +97,8 @@ std::string tomo_report_json(const TomoRecord& record) {
       }
       entry["relative_residual"] = std::move(residuals);
       entry["iteration_seconds"] = std::move(seconds);
+    } else if (m.method == TomoMethod::KPlanes) {
+      add_kplanes(entry, options, *m.result);
     } else {
       entry["settings"] = {{"filter", options.filter}};
     }

@@ -12,6 +12,12 @@ std::string Volume::shape_str() const {
          std::to_string(width) + "]";
 }
 
+fieldfuse::TensorRef host_view(const Volume& volume) {
+  return fieldfuse::TensorRef::contiguous(const_cast<float*>(volume.voxels.data()),
+                                          fieldfuse::DType::Float32, {},
+                                          {volume.depth, volume.height, volume.width});
+}
+
 IntensityRange min_max(const std::vector<float>& values) {
   if (values.empty()) return {};
   const auto [low, high] = std::minmax_element(values.begin(), values.end());

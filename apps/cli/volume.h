@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "fieldfuse/core.h"
+
 namespace fieldfuse::cli {
 
 struct Volume {
@@ -29,6 +31,10 @@ struct Volume {
     return depth == other.depth && height == other.height && width == other.width;
   }
 };
+
+/// A contiguous float32 [D, H, W] host view of `volume`, for the library's host functions (metrics,
+/// the phantom); it writes through the view only where the callee documents an output.
+fieldfuse::TensorRef host_view(const Volume& volume);
 
 struct IntensityRange {
   double low = 0.0;

@@ -118,9 +118,62 @@ def fbp_workspace_size(projections: NDArray, volume: NDArray) -> int: ...
 
 def fbp(projections: NDArray, rotations: NDArray, shifts: NDArray | None, filter: str, volume: NDArray, workspace: NDArray, stream: int) -> None: ...
 
+class KPlanesReconstruction:
+    """
+    A K-Planes tomography reconstruction driven step by step (docs/tomo_kplanes.md).
+    """
+
+    def __init__(self, stack: NDArray, angles: Sequence[float], options: dict, device: str, stream: int) -> None:
+        """
+        Trains on `stack [n, H, W]` with tilt `angles` (degrees) on `device` ("cpu" or "cuda:N"), CUDA work on `stream`; `options` as for kplanes_reconstruct.
+        """
+
+    def step(self) -> None:
+        """One training iteration, enqueued (no synchronisation on CUDA)."""
+
+    def loss(self) -> float:
+        """The last step's loss (synchronises)."""
+
+    def steps_done(self) -> int: ...
+
+    def iterations(self) -> int: ...
+
+    def normalisation(self) -> float: ...
+
+    def export_volume(self, volume: NDArray, chunk_points: int = 262144) -> None: ...
+
+    def save_checkpoint(self, path: str) -> None: ...
+
+    def load_checkpoint(self, path: str) -> None: ...
+
 def kplanes_reconstruct(stack: NDArray, angles: Sequence[float], volume: NDArray, options: dict, stream: int, progress: Callable[[int, float], None] | None = None, log_every: int = 1, max_steps: int = -1, chunk_points: int = 262144, resume_from: str | None = None, checkpoint: str | None = None) -> dict:
     """
     K-Planes tomography reconstruction (docs/tomo_kplanes.md): trains on `stack [n, H, W]` with tilt `angles` (degrees), writes the density into `volume [D, H, W]` (whose device is the training device) and returns a report dict (losses, timings, poses). Trains from step 0 or the `resume_from` checkpoint up to the options' iteration count (at most `max_steps` steps when >= 0), logging the loss every `log_every` steps (0: only at the end, no per-step synchronisation), then saves `checkpoint` if given.
+    """
+
+def tomo_phantom_volume(volume: NDArray, supersample: int) -> None:
+    """
+    Writes the embedded phantom's density into the host array `volume [D, H, W]` (float32 or float64, contiguous), each voxel the mean of supersample^3 points (box units).
+    """
+
+def tomo_phantom_projections(rotations: NDArray, projections: NDArray, supersample: int) -> None:
+    """
+    Writes the phantom's exact line integrals for the poses `rotations [n, 3, 3]` (float64, host) into the host array `projections [n, Hd, Wd]` (float32 or float64, contiguous), averaged over supersample^2 rays per pixel (box units).
+    """
+
+def psnr(estimate: NDArray, reference: NDArray, data_range: float) -> float:
+    """
+    10·log10(data_range² / MSE) of two host arrays of one shape and dtype (inf if equal).
+    """
+
+def ssim_3d(estimate: NDArray, reference: NDArray, data_range: float) -> float:
+    """
+    Mean 3-D SSIM of two host volumes [D, H, W] (Gaussian window sigma 1.5, 11 taps).
+    """
+
+def profile_error(estimate: NDArray, reference: NDArray, axis: int) -> float:
+    """
+    ‖p(estimate) − p(reference)‖ / ‖p(reference)‖ of the mean profiles along `axis` (0 = D, 1 = H, 2 = W) of two host volumes [D, H, W].
     """
 
 def tv_sq_3d_workspace_size(vol: NDArray) -> int: ...

@@ -19,6 +19,7 @@ void bind_project(nb::module_& m);
 void bind_render(nb::module_& m);
 void bind_tomo(nb::module_& m);
 void bind_tomo_kplanes(nb::module_& m);
+void bind_tomo_phantom(nb::module_& m);
 void bind_tv(nb::module_& m);
 }  // namespace fieldfuse::python
 
@@ -70,5 +71,6 @@ NB_MODULE(_C, m) {
   fieldfuse::python::bind_render(m);
   fieldfuse::python::bind_tomo(m);
   fieldfuse::python::bind_tomo_kplanes(m);
+  fieldfuse::python::bind_tomo_phantom(m);
   fieldfuse::python::bind_tv(m);
 }

@@ -97,7 +97,7 @@ case $case in
       --input tilt_24.mrc --angles -60:60:3 --output v.mrc --report r.json --device cpu
     echo "not a directory" >taken
     run 1 "cannot create directory 'taken'" tomo --phantom-size 16 --iterations 2 \
-      --output-dir taken --png-dir png --report r.json --device cpu --quiet
+      --kplanes-iterations 2 --output-dir taken --png-dir png --report r.json --device cpu --quiet
     only_files tilt_24.mrc taken
     ;;
   tomo_full_disk)
@@ -107,7 +107,7 @@ case $case in
     echo "previous sirt" >out/sirt.mrc
     got=0
     bash -c 'trap "" XFSZ; ulimit -f 32; exec "$@"' _ "$exe" tomo --phantom-size 32 \
-      --iterations 2 --output-dir out --report r.json --device cpu --quiet \
+      --iterations 2 --kplanes-iterations 2 --output-dir out --report r.json --device cpu --quiet \
       >stdout.txt 2>stderr.txt || got=$?
     cat stdout.txt stderr.txt
     [ "$got" = 1 ] || fail "exit $got, expected 1"

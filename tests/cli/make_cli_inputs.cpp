@@ -11,12 +11,12 @@
 #include <string>
 
 #include "atomic_outputs.h"
+#include "fieldfuse/tomo_phantom.h"
 #include "mrc.h"
 #include "npy.h"
 #include "phantom.h"
 #include "tiff_fixture_values.h"
 #include "tomo_methods.h"
-#include "tomo_phantom.h"
 
 namespace {
 
@@ -63,7 +63,13 @@ void write_tomo_inputs(const std::string& dir) {
     angles.push_back(a);
     tlt += std::to_string(a) + ".00\n";
   }
-  Volume stack = project_phantom(embedded_phantom(), tilt_rotations(angles), n, n, 2);
+  std::vector<double> rotations = tilt_rotations(angles);
+  const auto count = static_cast<std::int64_t>(angles.size());
+  Volume stack(count, n, n);
+  fieldfuse::tomo_phantom_projections(
+      fieldfuse::TensorRef::contiguous(rotations.data(), fieldfuse::DType::Float64, {},
+                                       {count, 3, 3}),
+      host_view(stack), 2);
   for (float& v : stack.voxels) v *= static_cast<float>(n) / 2.0f;
   write_npy(dir + "/tilt_24.npy", stack.shape(), stack.voxels);
   Volume transposed(stack.depth, n, n);
@@ -72,7 +78,8 @@ void write_tomo_inputs(const std::string& dir) {
       for (std::int64_t j = 0; j < n; ++j)
         transposed.voxels[static_cast<std::size_t>((m * n + j) * n + i)] = stack.at(m, i, j);
   write_mrc(dir + "/tilt_24.mrc", transposed, false);
-  const Volume truth = voxelise_phantom(embedded_phantom(), n, n, n, 3);
+  Volume truth(n, n, n);
+  fieldfuse::tomo_phantom_volume(host_view(truth), 3);
   write_npy(dir + "/truth_24.npy", truth.shape(), truth.voxels);
   write_bytes(dir + "/tilt_24.tlt", tlt.data(), tlt.size());
   const std::string bad_tlt = "-60\n-54\nminus 48\n";

@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_error.h"
@@ -69,7 +70,7 @@ TEST(TomoOptions, InconsistentFlagsAreUsageErrorsNamingTheFlag) {
               std::string::npos)
         << flag;
   }
-  for (const char* flag : {"--phantom-size", "--noise", "--seed", "--output-dir"}) {
+  for (const char* flag : {"--phantom-size", "--noise", "--output-dir"}) {
     const std::string value = std::string(flag) == "--output-dir" ? "d" : "8";
     EXPECT_NE(usage_error_of({"--input", "a.st", "--angles", "0:0:1", flag, value})
                   .find(std::string(flag) + " applies only to the embedded phantom"),
@@ -88,6 +89,113 @@ TEST(TomoOptions, InconsistentFlagsAreUsageErrorsNamingTheFlag) {
             std::string::npos);
   EXPECT_NE(usage_error_of({"--phantom-size", "4"}).find("--phantom-size must be between 8"),
             std::string::npos);
+}
+
+TEST(TomoOptions, KPlanesTakesEveryFlagAndTheEmbeddedRunItsOwnDefaults) {
+  const TomoOptions file = parse_tomo_options({"--input",
+                                               "a.st",
+                                               "--angles",
+                                               "0:0:1",
+                                               "--method",
+                                               "kplanes",
+                                               "--tilts",
+                                               "2",
+                                               "--channels",
+                                               "4",
+                                               "--resolution",
+                                               "32,64",
+                                               "--decoder",
+                                               "mlp",
+                                               "--hidden",
+                                               "32",
+                                               "--layers",
+                                               "3",
+                                               "--rays",
+                                               "100",
+                                               "--epochs",
+                                               "2.5",
+                                               "--tv-volume",
+                                               "0",
+                                               "--tv-points",
+                                               "50",
+                                               "--tv-plane",
+                                               "0.5",
+                                               "--sparsity",
+                                               "0.01",
+                                               "--lr-planes",
+                                               "0.2",
+                                               "--lr-decoder",
+                                               "0.3",
+                                               "--lr-rotations",
+                                               "0.4",
+                                               "--lr-pose",
+                                               "0.05",
+                                               "--no-pose-refinement",
+                                               "--no-cuda-graph",
+                                               "--seed",
+                                               "9",
+                                               "--checkpoint",
+                                               "k.ckpt",
+                                               "--checkpoint-every",
+                                               "7",
+                                               "--resume",
+                                               "old.ckpt"});
+  const fieldfuse::KPlanesReconOptions& k = file.kplanes;
+  EXPECT_EQ(file.methods, std::vector<TomoMethod>{TomoMethod::KPlanes});
+  EXPECT_EQ(k.num_tilts, 2);
+  EXPECT_EQ(k.channels, 4);
+  EXPECT_EQ(k.resolutions, (std::vector<std::int64_t>{32, 64}));
+  EXPECT_EQ(k.decoder, "mlp");
+  EXPECT_EQ(k.hidden, 32);
+  EXPECT_EQ(k.layers, 3);
+  EXPECT_EQ(k.rays, 100);
+  EXPECT_DOUBLE_EQ(k.epochs, 2.5);
+  EXPECT_DOUBLE_EQ(k.tv_volume, 0.0);
+  EXPECT_EQ(k.tv_points, 50);
+  EXPECT_DOUBLE_EQ(k.tv_plane, 0.5);
+  EXPECT_DOUBLE_EQ(k.sparsity, 0.01);
+  EXPECT_DOUBLE_EQ(k.lr_planes, 0.2);
+  EXPECT_DOUBLE_EQ(k.lr_decoder, 0.3);
+  EXPECT_DOUBLE_EQ(k.lr_rotations, 0.4);
+  EXPECT_DOUBLE_EQ(k.lr_pose, 0.05);
+  EXPECT_FALSE(k.pose_refinement);
+  EXPECT_FALSE(k.cuda_graph);
+  EXPECT_EQ(k.seed, 9u);
+  EXPECT_EQ(file.checkpoint, "k.ckpt");
+  EXPECT_EQ(file.checkpoint_every, 7);
+  EXPECT_EQ(file.resume, "old.ckpt");
+  // A file run keeps the library's defaults; the embedded run trains faster (tomo_kplanes_options).
+  const fieldfuse::KPlanesReconOptions library;
+  const TomoOptions plain =
+      parse_tomo_options({"--input", "a.st", "--angles", "0:0:1", "--method", "kplanes"});
+  EXPECT_EQ(plain.kplanes.rays, library.rays);
+  EXPECT_EQ(plain.kplanes.tv_points, library.tv_points);
+  EXPECT_DOUBLE_EQ(plain.kplanes.lr_planes, library.lr_planes);
+  EXPECT_EQ(plain.kplanes.iterations, library.iterations);
+  EXPECT_EQ(plain.kplanes.seed, 1u);  // --seed's default
+  const TomoOptions embedded = parse_tomo_options({});
+  EXPECT_EQ(embedded.kplanes.rays, 1024);
+  EXPECT_EQ(embedded.kplanes.tv_points, 2000);
+  EXPECT_DOUBLE_EQ(embedded.kplanes.lr_planes, 0.1);
+  EXPECT_EQ(embedded.kplanes.iterations, 600);
+  EXPECT_EQ(parse_tomo_options({"--epochs", "2"}).kplanes.iterations, library.iterations);
+  EXPECT_EQ(parse_tomo_options({"--rays", "64"}).kplanes.rays, 64);  // a given flag wins
+}
+
+TEST(TomoOptions, KPlanesFlagsAreCheckedAcrossFlags) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--method", "fbp", "--rays", "8"}, "--rays applies only to --method kplanes"},
+      {{"--layers", "2"}, "--layers needs --decoder mlp"},
+      {{"--hidden", "24", "--decoder", "mlp"}, "--hidden must be a multiple of 16"},
+      {{"--epochs", "1", "--kplanes-iterations", "3"}, "not both"},
+      {{"--checkpoint-every", "3"}, "needs --checkpoint PATH"},
+      {{"--resolution", "32,,64"}, "--resolution expects a whole number"},
+      {{"--epochs", "0"}, "--epochs must be > 0"},
+      {{"--tv-plane", "-1"}, "--tv-plane must be >= 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    EXPECT_NE(usage_error_of(args).find(message), std::string::npos) << message;
+  }
 }
 
 TEST(TomoReport, HoldsResidualsScoresAndStaysValidJson) {
@@ -121,6 +229,40 @@ TEST(TomoReport, HoldsResidualsScoresAndStaysValidJson) {
   EXPECT_EQ(report["methods"][0]["metrics"]["profile_error"]["z"], 0.5);
   EXPECT_TRUE(report["plain_backprojection"].is_null());
   EXPECT_TRUE(report["data_range"].is_null());
+}
+
+TEST(TomoReport, KPlanesHasLossesPosesAndTimings) {
+  TomoOptions options = parse_tomo_options({"--method", "kplanes", "--checkpoint", "k.ckpt"});
+  MethodResult result;
+  result.iterations = {{10, 0.5, 0.02}, {20, 0.25, 0.03}};
+  result.kplanes.options = {{"num_tilts", "4"}, {"rays", "1024"}};
+  result.kplanes.iterations = 20;
+  result.kplanes.steps_run = 20;
+  result.kplanes.train_seconds = 0.5;
+  result.kplanes.normalisation = 1.5;
+  result.kplanes.reference_projection = 1;
+  result.kplanes.poses = {{-3.0, 0.1, 0.2, 0.01, 0.02}, {0.0, 0.0, 0.0, 0.0, 0.0}};
+  result.kplanes.checkpoint_steps = {20};
+  TomoRecord record;
+  record.options = &options;
+  record.from_phantom = true;
+  TomoMethodRecord method;
+  method.method = TomoMethod::KPlanes;
+  method.result = &result;
+  record.methods = {method};
+  const nlohmann::json entry = nlohmann::json::parse(tomo_report_json(record))["methods"][0];
+  EXPECT_EQ(entry["method"], "kplanes");
+  EXPECT_EQ(entry["settings"]["rays"], "1024");
+  EXPECT_EQ(entry["settings"]["checkpoint"], "k.ckpt");
+  EXPECT_EQ(entry["logged_steps"], nlohmann::json({10, 20}));
+  EXPECT_EQ(entry["loss"], nlohmann::json({0.5, 0.25}));
+  EXPECT_EQ(entry["step_seconds"], nlohmann::json({0.02, 0.03}));
+  EXPECT_DOUBLE_EQ(entry["seconds_per_step"].get<double>(), 0.025);
+  EXPECT_EQ(entry["normalisation_divisor"], 1.5);
+  EXPECT_EQ(entry["reference_projection"], 1);
+  EXPECT_EQ(entry["poses_degrees_and_detector_units"]["z1"], nlohmann::json({0.1, 0.0}));
+  EXPECT_EQ(entry["poses_degrees_and_detector_units"]["shift_v"], nlohmann::json({0.02, 0.0}));
+  EXPECT_EQ(entry["checkpoint_steps"], nlohmann::json({20}));
 }
 
 }  // namespace

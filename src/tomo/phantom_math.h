@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Geometry of the built-in phantoms: cell centres on [-1, 1], and the ellipsoid with the membership
-// of a point and the exact chord of a line.
+// The formulas of the analytic tomography phantom (tomo_phantom.h): cell centres on [-1, 1], and
+// the ellipsoid with the membership of a point and the exact chord of a line. Host only.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-namespace fieldfuse::cli {
+#include "tomo/tomo_math.h"  // kPi
+
+namespace fieldfuse::detail::tomo {
 
 /// Centre of cell `index` of `count` along an axis spanning [-1, 1]: −1 + (2·index + 1)/count, the
 /// voxel and detector-pixel centres of the projector (include/fieldfuse/project.h).
@@ -27,7 +29,6 @@ struct EllipsoidShape {
 /// is subtracted first), false for a direction.
 inline void to_unit_ball_frame(const EllipsoidShape& e, const double in[3], bool point,
                                double out[3]) {
-  constexpr double kPi = 3.14159265358979323846;
   const double angle = e.rotation_degrees * kPi / 180.0;
   const double c = std::cos(angle), s = std::sin(angle);
   const double dx = point ? in[0] - e.centre[0] : in[0];
@@ -62,4 +63,4 @@ inline double ellipsoid_chord(const EllipsoidShape& e, const double origin[3],
   return disc > 0.0 ? 2.0 * std::sqrt(disc) / dd : 0.0;
 }
 
-}  // namespace fieldfuse::cli
+}  // namespace fieldfuse::detail::tomo
