@@ -22,7 +22,7 @@ reruns with different seeds show, not bit for bit. `--compare` runs both and pri
 
     python examples/tomo_kplanes_torch.py                        # the embedded phantom, CPU
     python examples/tomo_kplanes_torch.py --compare --seeds 3    # both routes, several seeds
-    python examples/tomo_kplanes_torch.py --stack s.npy --angles -60:60:3 --output vol.npy
+    python examples/tomo_kplanes_torch.py --stack s.npy --angles=-60:60:3 --output vol.npy
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", help="tilt stack [n, H, W] as .npy (default: the embedded "
                         "phantom's analytic projections)")
-    parser.add_argument("--angles", help="tilt angles in degrees: start:stop:step, or a text file "
+    parser.add_argument("--angles", help="tilt angles in degrees: start:stop:step (write --angles=-60:60:3), or a text file "
                         "with one angle per line (required with --stack)")
     parser.add_argument("--truth", help="the true volume as .npy, to score against")
     parser.add_argument("--phantom-size", type=int, default=48,
