@@ -50,6 +50,15 @@ def _inputs(op: str, projections, rotations, shifts) -> None:
         check_tensor(op, "shifts", shifts)
 
 
+def _float_values(op: str, arg: str, values) -> list[float]:
+    """A sequence, 1-D tensor or NumPy array of real numbers as Python floats (angles, z1, z3)."""
+    if isinstance(values, Tensor):
+        values = values.detach().reshape(-1).tolist()
+    elif hasattr(values, "tolist") and not isinstance(values, (str, bytes)):
+        values = values.tolist()  # NumPy arrays
+    return float_list(op, arg, values)
+
+
 def _optional(shifts: Tensor | None):
     return None if shifts is None else dl(shifts.detach())
 
@@ -140,18 +149,14 @@ def tilt_rotations(angles_degrees, z1=None, z3=None) -> Tensor:
     With z1 = z3 = 0 the tilt axis is x, the detector's u axis.
     """
     op = "tilt_rotations"
-    if isinstance(angles_degrees, Tensor):
-        angles_degrees = angles_degrees.detach().reshape(-1).tolist()
-    tilts = float_list(op, "angles_degrees", angles_degrees)
+    tilts = _float_values(op, "angles_degrees", angles_degrees)
 
     def per_projection(arg: str, value) -> list[float]:
         if value is None:
             return [0.0] * len(tilts)
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return [float(value)] * len(tilts)
-        if isinstance(value, Tensor):
-            value = value.detach().reshape(-1).tolist()
-        values = float_list(op, arg, value)
+        values = _float_values(op, arg, value)
         if len(values) != len(tilts):
             raise ValueError(f"{op}(): expected {arg} to have {len(tilts)} values (one per tilt), "
                              f"but got {len(values)}")
@@ -163,14 +168,6 @@ def tilt_rotations(angles_degrees, z1=None, z3=None) -> Tensor:
 
 
 _METHODS = ("sirt", "fbp", "kplanes")
-
-
-def _angle_list(op: str, angles) -> list[float]:
-    if isinstance(angles, Tensor):
-        angles = angles.detach().reshape(-1).tolist()
-    elif hasattr(angles, "tolist") and not isinstance(angles, (str, bytes)):
-        angles = angles.tolist()  # NumPy arrays
-    return float_list(op, "angles", angles)
 
 
 def _as_tensor(op: str, arg: str, value) -> tuple[Tensor, bool]:
@@ -210,7 +207,7 @@ class KPlanesReconstruction:
         stream = torch.cuda.current_stream(where).cuda_stream if where.type == "cuda" else 0
         self.device = where
         self._stack_shape = tuple(stack.shape)
-        self._impl = _C.KPlanesReconstruction(dl(stack.detach()), _angle_list(op, angles),
+        self._impl = _C.KPlanesReconstruction(dl(stack.detach()), _float_values(op, "angles", angles),
                                               options, str(where), stream)
 
     def step(self) -> None:
@@ -290,7 +287,7 @@ def reconstruct(stack, angles, method: str = "sirt", *, volume_shape: Sequence[i
     if stack.dim() != 3:
         raise ValueError(f"{op}(): expected stack to have shape [n, H, W], but got shape "
                          f"{list(stack.shape)}")
-    tilts = _angle_list(op, angles)
+    tilts = _float_values(op, "angles", angles)
     if len(tilts) != stack.shape[0]:
         raise ValueError(f"{op}(): expected one angle per projection ({stack.shape[0]}), but got "
                          f"{len(tilts)}")
@@ -302,7 +299,7 @@ def reconstruct(stack, angles, method: str = "sirt", *, volume_shape: Sequence[i
     if method == "kplanes":
         recon = KPlanesReconstruction(stack, tilts, device=where, **settings)
         losses = []
-        for step in range(recon.steps_done(), recon.iterations):
+        for step in range(recon.iterations):  # a fresh reconstruction: from step 0
             recon.step()
             if progress is not None:
                 losses.append(recon.loss())
@@ -351,7 +348,7 @@ def phantom(size: int = 64, angles=None, *, noise: float = 0.02, seed: int = 0,
         raise ValueError(f"{op}(): expected size to be an int >= 1, but got {size!r}")
     if angles is None:
         angles = [-60.0 + 3.0 * k for k in range(41)]
-    tilts = _angle_list(op, angles)
+    tilts = _float_values(op, "angles", angles)
     truth = torch.empty((size, size, size), dtype=torch.float32)
     _C.tomo_phantom_volume(dl(truth), int(supersample))
     clean = torch.empty((len(tilts), size, size), dtype=torch.float32)
@@ -370,20 +367,25 @@ def _host_pair(op: str, estimate, reference) -> tuple[Tensor, Tensor]:
             reference.detach().to("cpu", torch.float32).contiguous())
 
 
+def _data_range(reference: Tensor, data_range: float | None) -> float:
+    """The given range, or the reference's max − min (0 for an empty one: the C++ check says so)."""
+    if data_range is not None:
+        return float(data_range)
+    return float(reference.max() - reference.min()) if reference.numel() else 0.0
+
+
 def psnr(estimate, reference, data_range: float | None = None) -> float:
     """PSNR in dB of a volume against a reference, ``10·log10(range² / mse)``; the range defaults
     to the reference's max − min (the CLI's metric)."""
     e, r = _host_pair("psnr", estimate, reference)
-    span = float(r.max() - r.min()) if data_range is None and r.numel() else data_range
-    return _C.psnr(dl(e), dl(r), float(span or 0.0))
+    return _C.psnr(dl(e), dl(r), _data_range(r, data_range))
 
 
 def ssim(estimate, reference, data_range: float | None = None) -> float:
     """Mean 3-D SSIM (Gaussian window σ = 1.5, the CLI's metric) of a volume against a
     reference; the range defaults to the reference's max − min."""
     e, r = _host_pair("ssim", estimate, reference)
-    span = float(r.max() - r.min()) if data_range is None and r.numel() else data_range
-    return _C.ssim_3d(dl(e), dl(r), float(span or 0.0))
+    return _C.ssim_3d(dl(e), dl(r), _data_range(r, data_range))
 
 
 def profile_error(estimate, reference, axis: int) -> float:

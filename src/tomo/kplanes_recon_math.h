@@ -47,7 +47,8 @@ FF_HOST_DEVICE FF_FORCE_INLINE double random_unit(uint64_t bits) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Poses: R = Rz(−z1)·Rx(tilt)·Rz(−z3) (degrees), as tilt_rotation, with ∂R/∂z1 and ∂R/∂z3.
+// Poses: R = Rz(−z1)·Rx(tilt)·Rz(−z3) (degrees), with ∂R/∂z1 and ∂R/∂z3; tilt_rotation (tomo.h)
+// is this function on the host.
 // ---------------------------------------------------------------------------------------------
 
 constexpr double kRadiansPerDegree = 3.14159265358979323846 / 180.0;
