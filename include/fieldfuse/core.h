@@ -14,7 +14,20 @@
 namespace fieldfuse {
 
 /// Element types a TensorRef can describe. Each op documents the subset it accepts.
-enum class DType : int32_t { Float16, BFloat16, Float32, Float64, Int32, Int64, UInt8, Bool };
+/// Complex64 and Complex128 are interleaved (real, imaginary) pairs of float32 / float64, as in
+/// PyTorch, NumPy, cuFFT and C++'s std::complex.
+enum class DType : int32_t {
+  Float16,
+  BFloat16,
+  Float32,
+  Float64,
+  Int32,
+  Int64,
+  UInt8,
+  Bool,
+  Complex64,
+  Complex128
+};
 
 /// Size of one element in bytes.
 std::size_t dtype_size(DType dtype);

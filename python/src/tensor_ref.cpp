@@ -12,8 +12,8 @@ namespace {
 
 [[noreturn]] void unsupported(const char* op, const char* arg, const std::string& what) {
   throw Error(ErrorKind::Type, std::string(op) + "(): expected " + arg +
-                                   " to be a real tensor (float16, bfloat16, float32, float64, "
-                                   "int32, int64, uint8 or bool) on cpu or cuda, but it has " +
+                                   " to be a tensor of a supported dtype (float16, bfloat16, float32, float64, "
+                                   "int32, int64, uint8, bool, complex64 or complex128) on cpu or cuda, but it has " +
                                    what);
 }
 
@@ -38,6 +38,10 @@ std::optional<DType> dtype_of(nb::dlpack::dtype d) {
       break;
     case Code::Bool:
       return DType::Bool;
+    case Code::Complex:
+      if (d.bits == 64) return DType::Complex64;
+      if (d.bits == 128) return DType::Complex128;
+      break;
     default:
       break;
   }

@@ -19,7 +19,10 @@ std::size_t dtype_size(DType dtype) {
       return 4;
     case DType::Float64:
     case DType::Int64:
+    case DType::Complex64:
       return 8;
+    case DType::Complex128:
+      return 16;
     case DType::UInt8:
     case DType::Bool:
       return 1;
@@ -45,6 +48,10 @@ const char* dtype_name(DType dtype) {
       return "uint8";
     case DType::Bool:
       return "bool";
+    case DType::Complex64:
+      return "complex64";
+    case DType::Complex128:
+      return "complex128";
   }
   return "unknown";
 }
