@@ -34,6 +34,8 @@ compgen -G '/usr/include/*tiffio.h' >/dev/null || compgen -G '/usr/include/*/tif
 command -v tiffcp >/dev/null || need+=(libtiff-tools)
 # FBP's CPU FFT (KissFFT, BSD-3-Clause; float32), found by find_package(kissfft CONFIG).
 [ -f /usr/include/kissfft/kiss_fftr.h ] || need+=(libkissfft-dev)
+# The optics family's CPU FFT (Eigen's header-only FFT module, MPL-2.0; float and double).
+[ -f /usr/include/eigen3/unsupported/Eigen/FFT ] || need+=(libeigen3-dev)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"

@@ -2,8 +2,8 @@
 // Batched in-place complex FFTs for the optics family: Eigen's FFT on the CPU (float and double),
 // cuFFT on CUDA. One layout describes every transform the family needs:
 //
-//   data [batch, n_0, ..., n_{rank-1}, inner] contiguous, complex; the transform runs over the n axes
-//   for every (batch, inner) pair. inner = 1 is the usual "last rank axes"; inner = Y·X with
+//   data [batch, n_0, ..., n_{rank-1}, inner] contiguous, complex; the transform runs over the n
+//   axes for every (batch, inner) pair. inner = 1 is the usual "last rank axes"; inner = Y·X with
 //   rank = 1 is the FFT along z of a [Z, Y, X] stack.
 //
 // Both directions are unnormalised (the inverse does not divide by the number of points); callers
@@ -19,12 +19,12 @@ namespace fieldfuse::detail::fft {
 
 struct FftLayout {
   int64_t batch = 1;
-  int rank = 2;           ///< 1, 2 or 3
+  int rank = 2;  ///< 1, 2 or 3
   int64_t n[3] = {1, 1, 1};
   int64_t inner = 1;
 
-  int64_t points() const;                    ///< n_0·…·n_{rank-1}
-  int64_t elements() const;                  ///< batch·points()·inner
+  int64_t points() const;    ///< n_0·…·n_{rank-1}
+  int64_t elements() const;  ///< batch·points()·inner
 };
 
 /// CPU: transforms `data` in place; parallel over batch and inner (OpenMP), deterministic.
@@ -48,6 +48,9 @@ class CudaFftPlan {
   const char* op_;
   int handle_ = 0;  ///< cufftHandle
   DType dtype_;
+  bool empty_ = false;         ///< no elements: no plan, execute() does nothing
+  int64_t repeats_ = 1;        ///< executions per transform (batch, when inner > 1)
+  int64_t repeat_stride_ = 0;  ///< elements between two executions' data
 };
 
 }  // namespace fieldfuse::detail::fft

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/cuda_launch.cuh"
+#include "core/cufft_check.cuh"
 #include "tomo/tomo_cuda.cuh"
 #include "tomo/tomo_drivers.h"
 #include "tomo/tomo_math.h"
@@ -17,13 +18,7 @@
 namespace fieldfuse::detail::tomo {
 namespace {
 
-void check_cufft(cufftResult status, const char* op, const char* what) {
-  if (status != CUFFT_SUCCESS) {
-    fail(ErrorKind::Runtime, op,
-         std::string("cuFFT failed in ") + what + " (cufftResult " +
-             std::to_string(static_cast<int>(status)) + ")");
-  }
-}
+using cuda::check_cufft;
 
 /// A batched in-place real FFT plan of length N over rows of N + 2 floats, on the call's stream;
 /// destroyed (with its cuFFT-allocated work area) at the end of the scope.
