@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fieldfuse.optics: microscope transfer functions, the exact Tikhonov inverse, sharpness losses and
+the batched per-tile optimiser of focus and illumination tilt (specs/optics.md)."""
+
+from .transfer import Microscope, thin_transfer_functions, thin_upsampling_factor, z_positions
+
+__all__ = ["Microscope", "thin_transfer_functions", "thin_upsampling_factor", "z_positions"]

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// Python bindings of the optics family's transfer functions and tile optimiser. Microscope settings
+// cross as one tuple (pixel_size, wavelength, index_medium, na_illumination, na_detection,
+// pupil_steepness, invert_phase_contrast), which fieldfuse.optics builds from its Microscope.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+#include "fieldfuse/optics.h"
+#include "tensor_ref.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace fieldfuse::python {
+namespace {
+
+using Array = TensorArg;  // Note [DLPack exchange API]
+using OptionalArray = std::optional<Array>;
+using Settings = std::tuple<double, double, double, double, double, double, bool>;
+
+MicroscopeSettings to_settings(const Settings& t) {
+  MicroscopeSettings s;
+  s.pixel_size = std::get<0>(t);
+  s.wavelength = std::get<1>(t);
+  s.index_medium = std::get<2>(t);
+  s.na_illumination = std::get<3>(t);
+  s.na_detection = std::get<4>(t);
+  s.pupil_steepness = std::get<5>(t);
+  s.invert_phase_contrast = std::get<6>(t);
+  return s;
+}
+
+TensorRef optional_ref(const OptionalArray& a, const char* op, const char* arg) {
+  return a ? to_tensor_ref(*a, op, arg) : TensorRef{};
+}
+
+ThinTransferInputs thin_inputs(const Array& z, const Array& zenith, const Array& azimuth,
+                               const char* op) {
+  return {to_tensor_ref(z, op, "z_positions"), to_tensor_ref(zenith, op, "zenith"),
+          to_tensor_ref(azimuth, op, "azimuth")};
+}
+
+}  // namespace
+
+void bind_optics_transfer(nb::module_& m) {
+  m.def(
+      "thin_upsampling_factor",
+      [](const Settings& s) { return thin_upsampling_factor(to_settings(s)); }, "settings"_a);
+  m.def(
+      "thin_transfer_functions_workspace_size",
+      [](const Settings& s, int64_t B, int64_t Z, int64_t Y, int64_t X, const Array& like) {
+        return thin_transfer_functions_workspace_size(
+            to_settings(s), B, Z, Y, X,
+            to_tensor_ref(like, "thin_transfer_functions", "z_positions").dtype);
+      },
+      "settings"_a, "B"_a, "Z"_a, "Y"_a, "X"_a, "like"_a.noconvert());
+  m.def(
+      "thin_transfer_functions_backward_workspace_size",
+      [](const Settings& s, int64_t B, int64_t Z, int64_t Y, int64_t X, const Array& like) {
+        return thin_transfer_functions_backward_workspace_size(
+            to_settings(s), B, Z, Y, X,
+            to_tensor_ref(like, "thin_transfer_functions_backward", "z_positions").dtype);
+      },
+      "settings"_a, "B"_a, "Z"_a, "Y"_a, "X"_a, "like"_a.noconvert());
+  m.def(
+      "thin_transfer_functions",
+      [](const Settings& s, const Array& z, const Array& zenith, const Array& azimuth,
+         const Array& absorption_tf, const Array& phase_tf, const Array& workspace,
+         std::uintptr_t stream) {
+        constexpr const char* op = "thin_transfer_functions";
+        const ThinTransferInputs in = thin_inputs(z, zenith, azimuth, op);
+        const TensorRef hu = to_tensor_ref(absorption_tf, op, "absorption_tf");
+        const TensorRef hp = to_tensor_ref(phase_tf, op, "phase_tf");
+        nb::gil_scoped_release release;
+        thin_transfer_functions(to_settings(s), in, hu, hp, workspace.data(), workspace.nbytes(),
+                                to_stream(stream));
+      },
+      "settings"_a, "z_positions"_a.noconvert(), "zenith"_a.noconvert(), "azimuth"_a.noconvert(),
+      "absorption_tf"_a.noconvert(), "phase_tf"_a.noconvert(), "workspace"_a.noconvert(),
+      "stream"_a);
+  m.def(
+      "thin_transfer_functions_backward",
+      [](const Settings& s, const Array& z, const Array& zenith, const Array& azimuth,
+         const Array& grad_absorption_tf, const Array& grad_phase_tf, const OptionalArray& grad_z,
+         const OptionalArray& grad_zenith, const OptionalArray& grad_azimuth,
+         const OptionalArray& grad_na_illumination, const OptionalArray& grad_na_detection,
+         const Array& workspace, std::uintptr_t stream) {
+        constexpr const char* op = "thin_transfer_functions_backward";
+        const ThinTransferInputs in = thin_inputs(z, zenith, azimuth, op);
+        const TensorRef gu = to_tensor_ref(grad_absorption_tf, op, "grad_absorption_tf");
+        const TensorRef gp = to_tensor_ref(grad_phase_tf, op, "grad_phase_tf");
+        ThinTransferGrads grads;
+        grads.z_positions = optional_ref(grad_z, op, "grads.z_positions");
+        grads.zenith = optional_ref(grad_zenith, op, "grads.zenith");
+        grads.azimuth = optional_ref(grad_azimuth, op, "grads.azimuth");
+        grads.na_illumination = optional_ref(grad_na_illumination, op, "grads.na_illumination");
+        grads.na_detection = optional_ref(grad_na_detection, op, "grads.na_detection");
+        nb::gil_scoped_release release;
+        thin_transfer_functions_backward(to_settings(s), in, gu, gp, grads, workspace.data(),
+                                         workspace.nbytes(), to_stream(stream));
+      },
+      "settings"_a, "z_positions"_a.noconvert(), "zenith"_a.noconvert(), "azimuth"_a.noconvert(),
+      "grad_absorption_tf"_a.noconvert(), "grad_phase_tf"_a.noconvert(),
+      "grad_z_positions"_a.noconvert().none(), "grad_zenith"_a.noconvert().none(),
+      "grad_azimuth"_a.noconvert().none(), "grad_na_illumination"_a.noconvert().none(),
+      "grad_na_detection"_a.noconvert().none(), "workspace"_a.noconvert(), "stream"_a);
+}
+
+}  // namespace fieldfuse::python

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA execution policy of the optics pipelines (see optics/transfer_pipeline.h): one generic
+// grid-stride kernel for elementwise functors, one block per row for reductions (a fixed-order
+// tree, so results do not depend on scheduling), and cuFFT plans cached per layout.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/cuda_launch.cuh"
+#include "fieldfuse/core.h"
+#include "optics/complex.h"
+#include "optics/fft.h"
+
+namespace fieldfuse::detail::optics {
+
+constexpr int kExecThreads = 256;
+
+template <class F>
+__global__ void __launch_bounds__(kExecThreads) for_each_kernel(F f, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{kExecThreads} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * kExecThreads) {
+    f(i);
+  }
+}
+
+template <int W, class T, class F>
+__global__ void __launch_bounds__(kExecThreads) reduce_rows_kernel(F f, int64_t n, T* out) {
+  __shared__ T partial[W][kExecThreads];
+  const int64_t row = blockIdx.x;
+  T acc[W] = {};
+  for (int64_t i = threadIdx.x; i < n; i += kExecThreads) f(row, i, acc);
+  for (int w = 0; w < W; ++w) partial[w][threadIdx.x] = acc[w];
+  __syncthreads();
+  for (int half = kExecThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      for (int w = 0; w < W; ++w) partial[w][threadIdx.x] += partial[w][threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < W) out[row * W + threadIdx.x] = partial[threadIdx.x][0];
+}
+
+class CudaExec {
+ public:
+  CudaExec(const char* op, Stream stream)
+      : op_(op), stream_(stream), raw_(static_cast<cudaStream_t>(stream.handle)) {}
+
+  template <class F>
+  void for_each(int64_t n, const F& f) const {
+    if (n <= 0) return;
+    const int64_t blocks =
+        cuda::ceil_div(n, kExecThreads) < 65536 * 8 ? cuda::ceil_div(n, kExecThreads) : 65536 * 8;
+    for_each_kernel<<<static_cast<unsigned>(blocks), kExecThreads, 0, raw_>>>(f, n);
+    cuda::check_launch(op_, "for_each_kernel", raw_);
+  }
+
+  template <int W, class F, class T>
+  void reduce(int64_t rows, int64_t n, const F& f, T* out) const {
+    if (rows <= 0) return;
+    reduce_rows_kernel<W, T><<<static_cast<unsigned>(rows), kExecThreads, 0, raw_>>>(f, n, out);
+    cuda::check_launch(op_, "reduce_rows_kernel", raw_);
+  }
+
+  template <class T>
+  void fft(Complex<T>* data, const fft::FftLayout& layout, bool inverse) {
+    plan_for(layout, sizeof(T) == 4 ? DType::Complex64 : DType::Complex128).execute(data, inverse);
+  }
+
+ private:
+  struct CachedPlan {
+    fft::FftLayout layout;
+    DType dtype;
+    std::unique_ptr<fft::CudaFftPlan> plan;
+  };
+
+  const fft::CudaFftPlan& plan_for(const fft::FftLayout& layout, DType dtype) {
+    for (const CachedPlan& cached : plans_) {
+      const fft::FftLayout& l = cached.layout;
+      if (cached.dtype == dtype && l.batch == layout.batch && l.rank == layout.rank &&
+          l.n[0] == layout.n[0] && l.n[1] == layout.n[1] && l.n[2] == layout.n[2] &&
+          l.inner == layout.inner) {
+        return *cached.plan;
+      }
+    }
+    plans_.push_back(
+        {layout, dtype, std::make_unique<fft::CudaFftPlan>(op_, layout, dtype, stream_)});
+    return *plans_.back().plan;
+  }
+
+  const char* op_;
+  Stream stream_;
+  cudaStream_t raw_;
+  std::vector<CachedPlan> plans_;
+};
+
+}  // namespace fieldfuse::detail::optics
