@@ -109,6 +109,43 @@ void bind_optics_transfer(nb::module_& m) {
       "grad_z_positions"_a.noconvert().none(), "grad_zenith"_a.noconvert().none(),
       "grad_azimuth"_a.noconvert().none(), "grad_na_illumination"_a.noconvert().none(),
       "grad_na_detection"_a.noconvert().none(), "workspace"_a.noconvert(), "stream"_a);
+  m.def(
+      "optimize_tiles",
+      [](const Settings& s, const Array& tiles, double z_spacing,
+         const std::tuple<OptionalArray, OptionalArray, OptionalArray>& initial,
+         const std::tuple<double, double, double>& initial_values,
+         const std::tuple<double, double, double>& learning_rates, int method, int iterations,
+         double regularization, double band_low, double band_high, double tolerance, int patience,
+         const Array& out_z, const Array& out_zenith, const Array& out_azimuth,
+         const Array& out_loss, const Array& out_iterations, std::uintptr_t stream) {
+        constexpr const char* op = "optimize_tiles";
+        const TensorRef t = to_tensor_ref(tiles, op, "tiles");
+        TileParameter z{optional_ref(std::get<0>(initial), op, "z_offset.initial"),
+                        std::get<0>(initial_values), std::get<0>(learning_rates)};
+        TileParameter zen{optional_ref(std::get<1>(initial), op, "zenith.initial"),
+                          std::get<1>(initial_values), std::get<1>(learning_rates)};
+        TileParameter azi{optional_ref(std::get<2>(initial), op, "azimuth.initial"),
+                          std::get<2>(initial_values), std::get<2>(learning_rates)};
+        TileOptimizerOptions o;
+        o.method = static_cast<TileOptimizerMethod>(method);
+        o.iterations = iterations;
+        o.regularization = regularization;
+        o.band = {band_low, band_high};
+        o.tolerance = tolerance;
+        o.patience = patience;
+        TileOptimizerResult r{to_tensor_ref(out_z, op, "result.z_offset"),
+                              to_tensor_ref(out_zenith, op, "result.zenith"),
+                              to_tensor_ref(out_azimuth, op, "result.azimuth"),
+                              to_tensor_ref(out_loss, op, "result.loss"),
+                              to_tensor_ref(out_iterations, op, "result.iterations")};
+        nb::gil_scoped_release release;
+        optimize_tiles(t, to_settings(s), z_spacing, z, zen, azi, o, r, to_stream(stream));
+      },
+      "settings"_a, "tiles"_a.noconvert(), "z_spacing"_a, "initial"_a, "initial_values"_a,
+      "learning_rates"_a, "method"_a, "iterations"_a, "regularization"_a, "band_low"_a,
+      "band_high"_a, "tolerance"_a, "patience"_a, "out_z_offset"_a.noconvert(),
+      "out_zenith"_a.noconvert(), "out_azimuth"_a.noconvert(), "out_loss"_a.noconvert(),
+      "out_iterations"_a.noconvert(), "stream"_a);
 }
 
 }  // namespace fieldfuse::python

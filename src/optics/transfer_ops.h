@@ -81,34 +81,9 @@ struct ThinVjpScatter {
   }
 };
 
-/// Workspace regions, each aligned to 256 bytes.
-inline std::size_t align_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 template <class T>
 ThinModel<T> thin_model(const ThinCall& call) {
-  const MicroscopeSettings& s = call.settings;
-  ThinModel<T> m;
-  m.B = call.B;
-  m.Z = call.Z;
-  m.Y = call.Y;
-  m.X = call.X;
-  m.Yu = call.Y * call.factor;
-  m.Xu = call.X * call.factor;
-  const double ps_up = s.pixel_size / call.factor;
-  m.step_y = static_cast<T>(1.0 / (static_cast<double>(m.Yu) * ps_up));
-  m.step_x = static_cast<T>(1.0 / (static_cast<double>(m.Xu) * ps_up));
-  m.wavelength = static_cast<T>(s.wavelength);
-  m.medium_wavelength = static_cast<T>(s.wavelength / s.index_medium);
-  m.index_medium = static_cast<T>(s.index_medium);
-  m.ewald_radius = static_cast<T>(s.index_medium / s.wavelength);
-  m.steepness = static_cast<T>(s.pupil_steepness);
-  m.illumination_slope = static_cast<T>(4.0 * static_cast<double>(m.Xu) * ps_up);  // 4/Δf
-  m.na_illumination = static_cast<T>(s.na_illumination);
-  m.na_detection = static_cast<T>(s.na_detection);
-  m.clamp_illumination = s.na_illumination >= s.na_detection;
-  m.z_sign = s.invert_phase_contrast ? T(-1) : T(1);
-  m.z_derivative = T(1);
-  return m;
+  return thin_model<T>(call.settings, call.factor, call.B, call.Z, call.Y, call.X);
 }
 
 template <class T>

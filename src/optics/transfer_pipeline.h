@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/macros.h"
+#include "fieldfuse/optics.h"
 #include "optics/complex.h"
 #include "optics/fft.h"
 #include "optics/jet.h"
@@ -140,6 +141,36 @@ struct ThinTransferReader {
     return thin_transfer<T, CJ, J>(at_s, at_minus_s, reciprocal(scale(T(nu), i0)));
   }
 };
+
+/// Workspace regions, each aligned to 256 bytes.
+inline std::size_t align_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+template <class T>
+ThinModel<T> thin_model(const MicroscopeSettings& s, int factor, int64_t B, int64_t Z, int64_t Y,
+                        int64_t X) {
+  ThinModel<T> m;
+  m.B = B;
+  m.Z = Z;
+  m.Y = Y;
+  m.X = X;
+  m.Yu = Y * factor;
+  m.Xu = X * factor;
+  const double ps_up = s.pixel_size / factor;
+  m.step_y = static_cast<T>(1.0 / (static_cast<double>(m.Yu) * ps_up));
+  m.step_x = static_cast<T>(1.0 / (static_cast<double>(m.Xu) * ps_up));
+  m.wavelength = static_cast<T>(s.wavelength);
+  m.medium_wavelength = static_cast<T>(s.wavelength / s.index_medium);
+  m.index_medium = static_cast<T>(s.index_medium);
+  m.ewald_radius = static_cast<T>(s.index_medium / s.wavelength);
+  m.steepness = static_cast<T>(s.pupil_steepness);
+  m.illumination_slope = static_cast<T>(4.0 * static_cast<double>(m.Xu) * ps_up);  // 4/Δf
+  m.na_illumination = static_cast<T>(s.na_illumination);
+  m.na_detection = static_cast<T>(s.na_detection);
+  m.clamp_illumination = s.na_illumination >= s.na_detection;
+  m.z_sign = s.invert_phase_contrast ? T(-1) : T(1);
+  m.z_derivative = T(1);
+  return m;
+}
 
 /// Fills the S·D and D planes and I0, then turns the planes into the correlation planes
 /// C = IFFT2[conj(FFT2[S·D])·FFT2[D]] (unnormalised) in the first C·B·Z planes.
