@@ -96,7 +96,7 @@ void thin_transfer_functions_backward(const MicroscopeSettings& settings,
                                       std::size_t workspace_bytes, Stream stream = {});
 
 // ---------------------------------------------------------------------------------------------
-// Thick-object (3-D) transfer function and the shared 3-D optics
+// The thick (3-D) model's shared optics
 // ---------------------------------------------------------------------------------------------
 
 /// The thick model's geometry: a [Z, Y, X] stack with z spacing `z_pixel_size`, padded by
@@ -116,16 +116,6 @@ struct ThickGeometry {
 void shared_optics_3d(const MicroscopeSettings& settings, const ThickGeometry& geometry,
                       const TensorRef& detection_pupil, const TensorRef& propagation_kernel,
                       const TensorRef& greens_function, Stream stream = {});
-
-std::size_t thick_transfer_function_workspace_size(const MicroscopeSettings& settings,
-                                                   const ThickGeometry& geometry, DType dtype);
-
-/// The 3-D weak-object transfer functions of the real and imaginary scattering potential
-/// [Zt, Y, X] (complex, contiguous), with waveorder's Nyquist upsampling in y, x and z, Hann
-/// window along z and central Fourier crop.
-void thick_transfer_function(const MicroscopeSettings& settings, const ThickGeometry& geometry,
-                             const TensorRef& real_potential_tf, const TensorRef& imag_potential_tf,
-                             void* workspace, std::size_t workspace_bytes, Stream stream = {});
 
 // ---------------------------------------------------------------------------------------------
 // Tikhonov inverse

@@ -110,6 +110,26 @@ void bind_optics_transfer(nb::module_& m) {
       "grad_azimuth"_a.noconvert().none(), "grad_na_illumination"_a.noconvert().none(),
       "grad_na_detection"_a.noconvert().none(), "workspace"_a.noconvert(), "stream"_a);
   m.def(
+      "shared_optics_3d",
+      [](const Settings& s, int64_t Z, int64_t Y, int64_t X, double z_pixel_size, int64_t z_padding,
+         const Array& pupil, const Array& propagation, const Array& greens, std::uintptr_t stream) {
+        constexpr const char* op = "shared_optics_3d";
+        ThickGeometry g;
+        g.Z = Z;
+        g.Y = Y;
+        g.X = X;
+        g.z_pixel_size = z_pixel_size;
+        g.z_padding = z_padding;
+        const TensorRef p = to_tensor_ref(pupil, op, "detection_pupil");
+        const TensorRef k = to_tensor_ref(propagation, op, "propagation_kernel");
+        const TensorRef gr = to_tensor_ref(greens, op, "greens_function");
+        nb::gil_scoped_release release;
+        shared_optics_3d(to_settings(s), g, p, k, gr, to_stream(stream));
+      },
+      "settings"_a, "Z"_a, "Y"_a, "X"_a, "z_pixel_size"_a, "z_padding"_a,
+      "detection_pupil"_a.noconvert(), "propagation_kernel"_a.noconvert(),
+      "greens_function"_a.noconvert(), "stream"_a);
+  m.def(
       "optimize_tiles",
       [](const Settings& s, const Array& tiles, double z_spacing,
          const std::tuple<OptionalArray, OptionalArray, OptionalArray>& initial,

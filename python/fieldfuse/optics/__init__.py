@@ -3,9 +3,10 @@
 the batched per-tile optimiser of focus and illumination tilt (specs/optics.md)."""
 
 from .tiles import TileOptimization, optimize_tiles
-from .transfer import Microscope, thin_transfer_functions, thin_upsampling_factor, z_positions
+from .transfer import Microscope, shared_optics_3d, thin_transfer_functions, thin_upsampling_factor, z_positions
 
 __all__ = [
     "Microscope",
     "TileOptimization",
-    "optimize_tiles", "thin_transfer_functions", "thin_upsampling_factor", "z_positions"]
+    "optimize_tiles",
+    "shared_optics_3d", "thin_transfer_functions", "thin_upsampling_factor", "z_positions"]

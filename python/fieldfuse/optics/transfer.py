@@ -18,7 +18,13 @@ from torch import Tensor
 
 from .._backend import _C, dl, real_number, stream_of, workspace
 
-__all__ = ["Microscope", "z_positions", "thin_transfer_functions", "thin_upsampling_factor"]
+__all__ = [
+    "Microscope",
+    "shared_optics_3d",
+    "thin_transfer_functions",
+    "thin_upsampling_factor",
+    "z_positions",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,3 +215,49 @@ def thin_transfer_functions(
     if not batched:
         return hu[0], hp[0]
     return hu, hp
+
+
+def shared_optics_3d(
+    zyx_shape: Sequence[int],
+    yx_pixel_size: float,
+    z_pixel_size: float,
+    wavelength: float,
+    index_medium: float,
+    na_detection: float,
+    *,
+    z_padding: int = 0,
+    pupil_steepness: float = 1e4,
+    invert_phase_contrast: bool = False,
+    device=None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The thick model's shared optics on the device, in one kernel (waveorder's
+    phase_thick_3d._compute_shared_optics): detection pupil [Y, X], propagation kernel and Green's
+    function (z signed) [Z + 2·z_padding, Y, X], z list ifftshift((k − Zt/2)·Δz), reversed when
+    invert_phase_contrast. No upsampling."""
+    op = "shared_optics_3d"
+    if (
+        not isinstance(zyx_shape, (tuple, list, torch.Size))
+        or len(zyx_shape) != 3
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in zyx_shape)
+    ):
+        raise ValueError(f"{op}(): expected zyx_shape to be three ints (Z, Y, X), but got {zyx_shape!r}")
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{op}(): expected dtype to be torch.float32 or torch.float64, but got {dtype}")
+    device = torch.device("cpu" if device is None else device)
+    Z, Y, X = (int(n) for n in zyx_shape)
+    if Z < 0 or Y < 1 or X < 1 or not isinstance(z_padding, int) or z_padding < 0:
+        raise ValueError(f"{op}(): expected Z >= 0, Y, X >= 1 and an int z_padding >= 0, but got {zyx_shape!r}, z_padding={z_padding!r}")
+    Zt = Z + 2 * z_padding
+    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    pupil = torch.empty(Y, X, dtype=dtype, device=device)
+    kernel = torch.empty(Zt, Y, X, dtype=complex_dtype, device=device)
+    greens = torch.empty_like(kernel)
+    settings = Microscope(
+        pixel_size=yx_pixel_size, wavelength=wavelength, index_medium=index_medium,
+        na_detection=na_detection, pupil_steepness=pupil_steepness,
+        invert_phase_contrast=invert_phase_contrast,
+    ).settings(op)
+    _C.shared_optics_3d(settings, Z, Y, X, real_number(op, "z_pixel_size", z_pixel_size), z_padding,
+                        dl(pupil), dl(kernel), dl(greens), stream_of(pupil))
+    return pupil, kernel, greens
