@@ -14,6 +14,7 @@ namespace fieldfuse::python {
 void bind_hash_grid(nb::module_& m);
 void bind_kplanes(nb::module_& m);
 void bind_mlp(nb::module_& m);
+void bind_optics_inverse(nb::module_& m);
 void bind_optim(nb::module_& m);
 void bind_optics_transfer(nb::module_& m);
 void bind_project(nb::module_& m);
@@ -67,6 +68,7 @@ NB_MODULE(_C, m) {
   fieldfuse::python::bind_hash_grid(m);
   fieldfuse::python::bind_kplanes(m);
   fieldfuse::python::bind_mlp(m);
+  fieldfuse::python::bind_optics_inverse(m);
   fieldfuse::python::bind_optim(m);
   fieldfuse::python::bind_optics_transfer(m);
   fieldfuse::python::bind_project(m);

@@ -1,36 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tomo CUDA drivers' one elementwise launch: a grid-stride loop calling a functor per index.
+// The tomo CUDA drivers' launch shape and their elementwise launch (core/for_each.cuh).
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include <cstdint>
-
-#include "core/cuda_launch.cuh"
+#include "core/for_each.cuh"
 
 namespace fieldfuse::detail::tomo {
 
-constexpr int kThreads = 256;
-/// Enough blocks to fill an H100 several times over; the grid-stride loop covers the rest.
-constexpr int64_t kMaxBlocks = 65536;
+constexpr int kThreads = cuda::kForEachThreads;
 
-template <class F>
-__global__ void __launch_bounds__(kThreads) for_each_kernel(int64_t count, F f) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += step) {
-    f(i);
-  }
-}
-
-/// Runs f(i) for i in [0, count) on `stream` (nothing for count = 0), checking the launch.
-template <class F>
-void for_each(const char* op, const char* kernel, int64_t count, cudaStream_t stream, const F& f) {
-  if (count <= 0) return;
-  const int64_t blocks = cuda::ceil_div(count, kThreads);
-  for_each_kernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), kThreads, 0,
-                    stream>>>(count, f);
-  cuda::check_launch(op, kernel, stream);
-}
+using cuda::for_each;
 
 }  // namespace fieldfuse::detail::tomo

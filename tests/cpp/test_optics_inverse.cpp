@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// GoogleTest of the optics FFT layer (vs a naive DFT) and of the Tikhonov inverse's closed form.
+// GoogleTest of the optics FFT layer (vs a naive DFT), the Tikhonov closed form (inverse_math.h)
+// and the tikhonov_filter front's results and argument checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "fieldfuse/optics.h"
 #include "optics/fft.h"
+#include "optics/inverse_math.h"
 
 namespace {
 
@@ -105,6 +108,101 @@ TEST(OpticsFft, EmptyLayoutIsANoOp) {
   const FftLayout l = layout(0, {4, 4}, 1);
   EXPECT_EQ(l.elements(), 0);
   fieldfuse::detail::fft::fft_cpu<float>(nullptr, l, false);
+}
+
+using Cd = std::complex<double>;
+
+/// (M·Mᴴ + λI)·G − M for the filter rows G the closed form gives (0 when G is right).
+double closed_form_residual(const std::vector<Cd>& hu, const std::vector<Cd>& hp, double lambda) {
+  namespace opt = fieldfuse::detail::optics;
+  auto cx = [](Cd v) { return opt::Cx<double>{v.real(), v.imag()}; };
+  auto cd = [](opt::Cx<double> v) { return Cd(v.re, v.im); };
+  opt::Gram<double> gram;
+  for (std::size_t z = 0; z < hu.size(); ++z) gram.add(cx(hu[z]), cx(hp[z]));
+  const opt::TikhonovInverse<double> inv(gram, lambda);
+  Cd n00 = 0, n01 = 0, n11 = 0;
+  for (std::size_t z = 0; z < hu.size(); ++z) {
+    n00 += hu[z] * std::conj(hu[z]);
+    n01 += hu[z] * std::conj(hp[z]);
+    n11 += hp[z] * std::conj(hp[z]);
+  }
+  double worst = 0.0;
+  for (std::size_t z = 0; z < hu.size(); ++z) {
+    const Cd g0 = cd(inv.row0(cx(hu[z]), cx(hp[z]))), g1 = cd(inv.row1(cx(hu[z]), cx(hp[z])));
+    worst = std::max(worst, std::abs((n00 + lambda) * g0 + n01 * g1 - hu[z]));
+    worst = std::max(worst, std::abs(std::conj(n01) * g0 + (n11 + lambda) * g1 - hp[z]));
+  }
+  return worst;
+}
+
+TEST(OpticsTikhonov, ClosedFormSolvesTheRegularisedSystem) {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal;
+  for (int Z : {1, 2, 7, 21}) {
+    std::vector<Cd> hu(Z), hp(Z);
+    for (int z = 0; z < Z; ++z) {
+      hu[z] = {normal(rng), normal(rng)};
+      hp[z] = {normal(rng), normal(rng)};
+    }
+    EXPECT_LT(closed_form_residual(hu, hp, 1e-3), 1e-12) << "Z = " << Z;
+    // Rank 1 (Hp = c·Hu) and rank 0 (M = 0): the SVD filter's cases the closed form must match.
+    for (int z = 0; z < Z; ++z) hp[z] = Cd(0.5, -2.0) * hu[z];
+    // Rank 1: the Gram determinant n00·n11 − |c|² cancels to rounding (about eps·n00·n11, up to
+    // 1e-11 at Z = 21) against det ≈ λ·(n00 + n11) ≈ 0.2, so the residual grows to ~1e-10.
+    EXPECT_LT(closed_form_residual(hu, hp, 1e-3), 1e-9) << "rank 1, Z = " << Z;
+    std::fill(hu.begin(), hu.end(), Cd(0.0));
+    std::fill(hp.begin(), hp.end(), Cd(0.0));
+    EXPECT_EQ(closed_form_residual(hu, hp, 1e-3), 0.0);
+  }
+}
+
+TEST(OpticsTikhonov, FilterFrontMatchesTheClosedFormAndChecksArguments) {
+  using fieldfuse::DType;
+  using fieldfuse::TensorRef;
+  const int64_t Z = 3, Y = 2, X = 4;
+  std::vector<Cd> hu(Z * Y * X), hp(hu.size()), filter(2 * hu.size());
+  for (std::size_t i = 0; i < hu.size(); ++i) {
+    hu[i] = {std::sin(1.0 + i), std::cos(0.3 * i)};
+    hp[i] = {std::cos(2.0 * i), 0.5 - std::sin(0.7 * i)};
+  }
+  const auto ref = [](void* data, std::initializer_list<int64_t> sizes) {
+    return TensorRef::contiguous(data, DType::Complex128, {}, sizes);
+  };
+  const TensorRef u = ref(hu.data(), {1, Z, Y, X}), p = ref(hp.data(), {1, Z, Y, X});
+  fieldfuse::tikhonov_filter(u, p, 1e-2, ref(filter.data(), {1, 2, Z, Y, X}));
+  for (int64_t f = 0; f < Y * X; ++f) {
+    // G's defining property per frequency: (M·Mᴴ + λI)·G = M.
+    Cd n00 = 0, n01 = 0, n11 = 0;
+    for (int64_t z = 0; z < Z; ++z) {
+      n00 += std::norm(hu[z * Y * X + f]);
+      n01 += hu[z * Y * X + f] * std::conj(hp[z * Y * X + f]);
+      n11 += std::norm(hp[z * Y * X + f]);
+    }
+    for (int64_t z = 0; z < Z; ++z) {
+      const Cd g0 = filter[z * Y * X + f], g1 = filter[(Z + z) * Y * X + f];
+      EXPECT_LT(std::abs((n00 + 1e-2) * g0 + n01 * g1 - hu[z * Y * X + f]), 1e-12);
+      EXPECT_LT(std::abs(std::conj(n01) * g0 + (n11 + 1e-2) * g1 - hp[z * Y * X + f]), 1e-12);
+    }
+  }
+  try {
+    fieldfuse::tikhonov_filter(u, p, 0.0, ref(filter.data(), {1, 2, Z, Y, X}));
+    FAIL() << "expected an error";
+  } catch (const fieldfuse::Error& e) {
+    EXPECT_EQ(e.kind(), fieldfuse::ErrorKind::Value);
+    EXPECT_NE(std::string(e.what()).find("tikhonov_filter(): expected regularization"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    TensorRef wrong = p;
+    wrong.dtype = DType::Complex64;
+    fieldfuse::tikhonov_filter(u, wrong, 1e-3, ref(filter.data(), {1, 2, Z, Y, X}));
+    FAIL() << "expected an error";
+  } catch (const fieldfuse::Error& e) {
+    EXPECT_EQ(e.kind(), fieldfuse::ErrorKind::Type);
+    EXPECT_NE(std::string(e.what()).find("expected phase_tf to be complex128"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
