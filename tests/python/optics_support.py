@@ -57,6 +57,9 @@ def assert_close_scaled(actual, expected, *, rel: float, what: str = "") -> None
     )
 
 
-def raises_naming(exc, op: str, argument: str):
-    """pytest.raises(exc) whose message names the op, then the argument (wording left free)."""
-    return pytest.raises(exc, match=rf"(?s)\b{re.escape(op)}\b.*\b{re.escape(argument)}\b")
+def raises_naming(exc, op: str, argument: str | tuple[str, ...]):
+    """pytest.raises(exc) whose message names the op, then the argument (wording left free); a
+    tuple accepts any one of its names."""
+    names = (argument,) if isinstance(argument, str) else argument
+    alternatives = "|".join(re.escape(name) for name in names)
+    return pytest.raises(exc, match=rf"(?s)\b{re.escape(op)}\b.*\b(?:{alternatives})\b")
