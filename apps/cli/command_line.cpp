@@ -44,6 +44,7 @@ CommandLine::CommandLine() : app_(std::make_unique<CLI::App>()) {
   app.require_subcommand(0, 1);
   denoise_ = add_denoise_command(app, denoise_options_);
   tomo_ = add_tomo_command(app, tomo_options_);
+  phase_ = add_phase_command(app, phase_options_);
 }
 
 CommandLine::~CommandLine() = default;
@@ -57,7 +58,8 @@ void CommandLine::parse(const std::vector<std::string>& args) {
       throw usage_error("unknown command '" + args[0] + "' (see 'fieldfuse --help')");
     }
   }
-  const bool in_command = !args.empty() && (args[0] == "denoise" || args[0] == "tomo");
+  const bool in_command =
+      !args.empty() && (args[0] == "denoise" || args[0] == "tomo" || args[0] == "phase");
   const std::string hint =
       in_command ? "see 'fieldfuse " + args[0] + " --help'" : "see 'fieldfuse --help'";
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
@@ -75,6 +77,9 @@ void CommandLine::parse(const std::vector<std::string>& args) {
   } else if (tomo_->parsed()) {
     finish_tomo_options(*tomo_, tomo_options_);
     action_ = Action::Tomo;
+  } else if (phase_->parsed()) {
+    finish_phase_options(*phase_, phase_options_);
+    action_ = Action::Phase;
   } else if (version_) {
     action_ = Action::Version;
   } else {

@@ -11,6 +11,7 @@
 #include "command_line.h"
 #include "denoise.h"
 #include "fieldfuse/core.h"
+#include "phase.h"
 #include "tomo.h"
 
 namespace {
@@ -29,7 +30,7 @@ void print_version() {
 
 int dispatch(const std::vector<std::string>& args, std::string& context) {
   using fieldfuse::cli::CommandLine;
-  if (!args.empty() && (args[0] == "denoise" || args[0] == "tomo"))
+  if (!args.empty() && (args[0] == "denoise" || args[0] == "tomo" || args[0] == "phase"))
     context = "fieldfuse " + args[0];
   CommandLine command_line;
   command_line.parse(args);
@@ -43,9 +44,11 @@ int dispatch(const std::vector<std::string>& args, std::string& context) {
     case CommandLine::Action::Denoise:
       return fieldfuse::cli::run_denoise(command_line.denoise_options());
     case CommandLine::Action::Tomo:
+      return fieldfuse::cli::run_tomo(command_line.tomo_options());
+    case CommandLine::Action::Phase:
       break;
   }
-  return fieldfuse::cli::run_tomo(command_line.tomo_options());
+  return fieldfuse::cli::run_phase(command_line.phase_options());
 }
 
 }  // namespace
