@@ -41,6 +41,11 @@ void check_microscope(const char* op, const MicroscopeSettings& s) {
   check_setting(op, "na_detection", s.na_detection, false);
   check_setting(op, "na_illumination", s.na_illumination, true);
   check_setting(op, "pupil_steepness", s.pupil_steepness, false);
+  if (!(s.na_detection < s.index_medium)) {
+    fail(ErrorKind::Value, op,
+         "expected na_detection to be < index_medium (" + number_text(s.index_medium) +
+             "), but got " + number_text(s.na_detection));
+  }
 }
 
 }  // namespace fieldfuse::detail::optics

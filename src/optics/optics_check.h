@@ -17,4 +17,7 @@ void check_real_dtype(const char* op, const char* arg, const TensorRef& t);
 /// na_detection and pupil_steepness > 0, na_illumination >= 0.
 void check_microscope(const char* op, const MicroscopeSettings& settings);
 
+/// thin_upsampling_factor with errors naming `op`.
+int upsampling_factor(const char* op, const MicroscopeSettings& settings);
+
 }  // namespace fieldfuse::detail::optics

@@ -91,7 +91,7 @@ void optimize_tiles(const TensorRef& tiles, const MicroscopeSettings& settings, 
 
   detail::optics::TilesCall call;
   call.settings = settings;
-  call.factor = thin_upsampling_factor(settings);
+  call.factor = detail::optics::upsampling_factor(kOp, settings);
   call.z_spacing = z_spacing;
   call.B = B;
   call.Z = Z;

@@ -59,7 +59,7 @@ template <class T, class J, class CJ>
 FF_HOST_DEVICE FF_FORCE_INLINE J real_image_amplitude(const CJ& at_k, const CJ& at_minus_k) {
   const CJ f = scale(T(0.5), at_k + conj(at_minus_k));
   const J n = norm(f);
-  return n.c[0] > T(0) ? sqrt(n) : J::constant(T(0));
+  return n.c[0] == T(0) ? J::constant(T(0)) : sqrt(n);  // NaN stays NaN
 }
 
 /// One Adam step (PyTorch's, no weight decay) for the t-th update (t >= 1); returns the step.

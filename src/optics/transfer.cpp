@@ -63,7 +63,7 @@ ThinCall make_call(const char* op, const MicroscopeSettings& settings, const Thi
   ThinCall call;
   call.op = op;
   call.settings = settings;
-  call.factor = thin_upsampling_factor(settings);
+  call.factor = detail::optics::upsampling_factor(op, settings);
   call.B = in.z_positions.sizes[0];
   call.Z = in.z_positions.sizes[1];
   call.Y = Y;
@@ -100,12 +100,14 @@ void check_sizes(const char* op, int64_t B, int64_t Z, int64_t Y, int64_t X) {
 
 }  // namespace
 
-int thin_upsampling_factor(const MicroscopeSettings& s) {
-  detail::optics::check_microscope("thin_upsampling_factor", s);
+namespace detail::optics {
+
+int upsampling_factor(const char* op, const MicroscopeSettings& s) {
+  check_microscope(op, s);
   const double nyquist = s.wavelength / (2.0 * (s.na_detection + s.na_illumination));
   const double factor = std::ceil(s.pixel_size / nyquist);
   if (!(factor <= 64.0)) {
-    fail(ErrorKind::Value, "thin_upsampling_factor",
+    fail(ErrorKind::Value, op,
          "expected pixel_size / (wavelength / (2·(na_detection + na_illumination))) <= 64 (the "
          "upsampling factor of the thin model), but got " +
              detail::number_text(factor));
@@ -113,10 +115,16 @@ int thin_upsampling_factor(const MicroscopeSettings& s) {
   return factor < 1.0 ? 1 : static_cast<int>(factor);
 }
 
+}  // namespace detail::optics
+
+int thin_upsampling_factor(const MicroscopeSettings& s) {
+  return detail::optics::upsampling_factor("thin_upsampling_factor", s);
+}
+
 std::size_t thin_transfer_functions_workspace_size(const MicroscopeSettings& settings, int64_t B,
                                                    int64_t Z, int64_t Y, int64_t X, DType dtype) {
   check_sizes(kForward, B, Z, Y, X);
-  const int f = thin_upsampling_factor(settings);
+  const int f = detail::optics::upsampling_factor(kForward, settings);
   return detail::optics::thin_pipeline_bytes(B, Z, Y * f, X * f, 0, dtype_size(dtype));
 }
 
@@ -124,7 +132,7 @@ std::size_t thin_transfer_functions_backward_workspace_size(const MicroscopeSett
                                                             int64_t B, int64_t Z, int64_t Y,
                                                             int64_t X, DType dtype) {
   check_sizes(kBackward, B, Z, Y, X);
-  const int f = thin_upsampling_factor(settings);
+  const int f = detail::optics::upsampling_factor(kBackward, settings);
   return detail::optics::thin_pipeline_bytes(B, Z, Y * f, X * f, 5, dtype_size(dtype));
 }
 

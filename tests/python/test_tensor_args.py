@@ -71,7 +71,7 @@ def test_tensors_and_capsules_give_the_same_errors(convert):
     # A list element is named with its index, spelled out only for the message.
     pts, rotations = torch.rand(4, 3), torch.eye(3).expand(2, 3, 3).contiguous()
     planes = [torch.rand(6, 2, 4, 4), torch.rand(6, 2, 4, 4).to(torch.complex64)]
-    with pytest.raises(TypeError, match=r"^kplanes_tilted\(\): expected planes\[1\] to be a real"):
+    with pytest.raises(TypeError, match=r"^kplanes_tilted\(\): expected planes\[1\] to have a floating dtype"):
         _C.kplanes_tilted_forward_workspace_size(convert(pts), convert(rotations),
                                                  [convert(p) for p in planes])
 

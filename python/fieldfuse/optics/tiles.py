@@ -48,7 +48,7 @@ def optimize_tiles(
     """Optimise each tile's focus offset (slices), zenith and azimuth (radians) by maximising the
     mid-band power of its Tikhonov phase reconstruction.
 
-    tiles: [B, Z, Y, X] (or [Z, Y, X]) defocus stacks, float32 or float64, CPU or CUDA.
+    tiles: [B, Z, Y, X] defocus stacks, float32 or float64, CPU or CUDA.
     parameters: maps "z_offset", "zenith", "azimuth" to (initial, learning_rate); initial a number
     or a [B] tensor (warm starts), learning_rate 0 freezes the parameter; absent: (0.0, 0.0).
     method: "adam", "nadam" (PyTorch's update rules, one per tile) or "newton": the damped
@@ -64,9 +64,8 @@ def optimize_tiles(
         raise TypeError(f"{op}(): expected microscope to be a fieldfuse.optics.Microscope, but got {type(microscope).__name__}")
     if method not in _METHODS:
         raise ValueError(f"{op}(): expected method to be one of {sorted(_METHODS)}, but got {method!r}")
-    unbatched = tiles.dim() == 3
-    if unbatched:
-        tiles = tiles.unsqueeze(0)
+    if tiles.dim() != 4:
+        raise ValueError(f"{op}(): expected tiles to be [B, Z, Y, X], but got shape {list(tiles.shape)}")
     parameters = dict(parameters or {})
     unknown = sorted(set(parameters) - set(_PARAMETERS))
     if unknown:
@@ -95,7 +94,4 @@ def optimize_tiles(
         real_number(op, "band[1]", band[1]), real_number(op, "tolerance", tolerance), int(patience),
         dl(out[0]), dl(out[1]), dl(out[2]), dl(out[3]), dl(its), stream_of(tiles),
     )
-    result = TileOptimization(out[0], out[1], out[2], out[3], its)
-    if unbatched:
-        result = TileOptimization(*(t[0] for t in (result.z_offset, result.zenith, result.azimuth, result.loss, result.iterations)))
-    return result
+    return TileOptimization(out[0], out[1], out[2], out[3], its)

@@ -147,7 +147,7 @@ def thin_transfer_functions(
     pupil_steepness: float = 1e4,
     invert_phase_contrast: bool = False,
     device=None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The absorption and phase transfer functions of the thin-object model (waveorder's
     isotropic_thin_3d.calculate_transfer_function, same numbers).
@@ -155,15 +155,17 @@ def thin_transfer_functions(
     z_positions: [Z] or [B, Z] defocus distances. zenith, azimuth: numbers or [B] tensors (radians).
     na_illumination, na_detection: numbers or 0-d tensors. Returns complex [Z, Y, X], or
     [B, Z, Y, X] when z_positions is 2-D or a tilt is a [B] tensor. Differentiable to every tensor
-    argument; float64 inputs (dtype=torch.float64) give complex128.
+    argument; dtype (default: that of the first floating tensor argument, else float32) float64
+    gives complex128.
     """
     op = "thin_transfer_functions"
     tensors = [t for t in (z_positions, zenith, azimuth, na_illumination, na_detection) if isinstance(t, Tensor)]
     if device is None:
         device = tensors[0].device if tensors else torch.device("cpu")
     device = torch.device(device)
-    if tensors:
-        dtype = tensors[0].dtype if tensors[0].is_floating_point() else dtype
+    if dtype is None:
+        floating = [t.dtype for t in tensors if t.is_floating_point()]
+        dtype = floating[0] if floating else torch.float32
     if dtype not in (torch.float32, torch.float64):
         raise TypeError(f"{op}(): expected dtype to be torch.float32 or torch.float64, but got {dtype}")
     if (
