@@ -5,7 +5,7 @@ the batched per-tile optimiser of focus and illumination tilt (issue 15, specs/o
 from __future__ import annotations
 
 from .inverse import midband_power, thin_forward_model, tikhonov_filter, tikhonov_inverse, tikhonov_inverse_3d
-from .tiles import TileOptimization, optimize_tiles
+from .tiles import TileOptimization, optimize_tiles, reconstruct_phase
 from .transfer import Microscope, shared_optics_3d, thin_transfer_functions, thin_upsampling_factor, z_positions
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "TileOptimization",
     "midband_power",
     "optimize_tiles",
+    "reconstruct_phase",
     "shared_optics_3d",
     "thin_forward_model",
     "thin_transfer_functions",

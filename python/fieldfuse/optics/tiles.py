@@ -12,9 +12,10 @@ import torch
 from torch import Tensor
 
 from .._backend import _C, dl, real_number, stream_of
-from .transfer import Microscope
+from .inverse import tikhonov_inverse
+from .transfer import Microscope, thin_transfer_functions, z_positions
 
-__all__ = ["TileOptimization", "optimize_tiles"]
+__all__ = ["TileOptimization", "optimize_tiles", "reconstruct_phase"]
 
 _METHODS = {"adam": 0, "nadam": 1, "newton": 2}
 _PARAMETERS = ("z_offset", "zenith", "azimuth")
@@ -95,3 +96,38 @@ def optimize_tiles(
         dl(out[0]), dl(out[1]), dl(out[2]), dl(out[3]), dl(its), stream_of(tiles),
     )
     return TileOptimization(out[0], out[1], out[2], out[3], its)
+
+
+def reconstruct_phase(
+    tiles: Tensor,
+    microscope: Microscope,
+    z_spacing: float,
+    *,
+    z_offset=0.0,
+    zenith=0.0,
+    azimuth=0.0,
+    regularization: float = 1e-3,
+) -> tuple[Tensor, Tensor]:
+    """Absorption and phase of each tile at its parameters (e.g. those optimize_tiles returned):
+    thin_transfer_functions at z_positions(Z, z_spacing, z_offset) and the tilt, then
+    tikhonov_inverse. tiles [B, Z, Y, X] or [Z, Y, X]; z_offset, zenith, azimuth numbers or [B]
+    tensors. Returns [B, Y, X] (or [Y, X]) each; differentiable like its two parts."""
+    op = "reconstruct_phase"
+    if not isinstance(tiles, Tensor) or tiles.dim() not in (3, 4):
+        shape = list(tiles.shape) if isinstance(tiles, Tensor) else type(tiles).__name__
+        raise ValueError(f"{op}(): expected tiles to be a [B, Z, Y, X] or [Z, Y, X] tensor, but got {shape}")
+    if not isinstance(microscope, Microscope):
+        raise TypeError(f"{op}(): expected microscope to be a fieldfuse.optics.Microscope, but got {type(microscope).__name__}")
+    Z, Y, X = tiles.shape[-3:]
+    offset = z_offset.to(tiles) if isinstance(z_offset, Tensor) else real_number(op, "z_offset", z_offset)
+    z = z_positions(Z, real_number(op, "z_spacing", z_spacing), offset)
+    z = z.to(device=tiles.device, dtype=tiles.dtype)
+    zen = zenith.to(tiles) if isinstance(zenith, Tensor) else real_number(op, "zenith", zenith)
+    azi = azimuth.to(tiles) if isinstance(azimuth, Tensor) else real_number(op, "azimuth", azimuth)
+    hu, hp = thin_transfer_functions(
+        (Y, X), microscope.pixel_size, z, microscope.wavelength, microscope.index_medium,
+        microscope.na_illumination, microscope.na_detection, zenith=zen, azimuth=azi,
+        pupil_steepness=microscope.pupil_steepness,
+        invert_phase_contrast=microscope.invert_phase_contrast, device=tiles.device, dtype=tiles.dtype,
+    )
+    return tikhonov_inverse(tiles, hu, hp, regularization)
