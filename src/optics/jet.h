@@ -33,9 +33,13 @@ struct Jet {
     return j;
   }
   /// The independent variable of direction `direction` (-1: none) with value `value`.
-  FF_HOST_DEVICE static Jet variable(T value, int direction) {
-    Jet j = constant(value);
-    if (direction >= 0 && direction < P) j.c[1 + direction] = T(1);
+  /// A runtime `direction` is compared with every slot rather than used as an index, so the
+  /// components stay in registers (a dynamic index would put the array in local memory).
+  FF_HOST_DEVICE static Jet variable(T value, int direction, T derivative = T(1)) {
+    Jet j;
+    j.c[0] = value;
+    for (int p = 0; p < P; ++p) j.c[1 + p] = p == direction ? derivative : T(0);
+    for (int i = 1 + P; i < kComponents; ++i) j.c[i] = T(0);
     return j;
   }
   FF_HOST_DEVICE const T& value() const { return c[0]; }

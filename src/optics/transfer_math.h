@@ -111,8 +111,7 @@ FF_HOST_DEVICE FF_FORCE_INLINE CJ thin_defocus_field(const ThinModel<T>& m,
   const T lm = m.medium_wavelength;
   const T cos2 = T(1) - lm * lm * (fy * fy + fx * fx);
   const T oblique = (cos2 > T(0) ? std::sqrt(cos2) : T(0)) / lm;
-  J zj = J::variable(m.z_sign * z, dir.z);
-  if (dir.z >= 0) zj.c[1 + dir.z] = m.z_sign * m.z_derivative;
+  const J zj = J::variable(m.z_sign * z, dir.z, m.z_sign * m.z_derivative);
   return (detection * detection) * unit_phasor(scale(T(2 * kPi) * oblique, zj));
 }
 
