@@ -409,3 +409,22 @@ def test_library_path_matches_eager(rng, device):
         lib = optics.tikhonov_inverse(data, hu, hp)
         (g_lib,) = torch.autograd.grad(lib[1].sum(), data)
     assert torch.equal(eager[0], lib[0]) and torch.equal(g_eager, g_lib)
+
+
+def test_opcheck(rng):
+    """Schema, fake impls and autograd registration of every op (torch.library.opcheck)."""
+    data = stack(rng, (2, 3, 4, 5))
+    hu, hp = tfs(rng, (1, 3, 4, 5))
+    images = torch.randn(2, 4, 5, generator=rng, dtype=F64)
+    ops = torch.ops.fieldfuse
+    def grad(t):
+        return t.detach().clone().requires_grad_()
+
+    for op, args in [
+        (ops.tikhonov_filter, (hu, hp, 0.1)),
+        (ops.tikhonov_inverse, (grad(data), grad(hu), hp, 0.1, True)),
+        (ops.tikhonov_inverse_3d, (grad(data), grad(hu[0]), 0.1)),
+        (ops.midband_power, (grad(images), 0.3, 0.5, 0.4, 0.125, 0.25)),
+        (ops.thin_forward_model, (images, images, hu, hp, 1.0)),
+    ]:
+        torch.library.opcheck(op, args)
