@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA execution policy of the optics pipelines (see optics/transfer_pipeline.h): one generic
 // grid-stride kernel for elementwise functors, one block per row for reductions (a fixed-order
-// tree, so results do not depend on scheduling), and cuFFT plans cached per layout.
+// tree, so results do not depend on scheduling), and cuFFT plans from the process-wide cache.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <memory>
-#include <vector>
 
 #include "core/cuda_launch.cuh"
 #include "fieldfuse/core.h"
@@ -66,35 +64,15 @@ class CudaExec {
   }
 
   template <class T>
-  void fft(Complex<T>* data, const fft::FftLayout& layout, bool inverse) {
-    plan_for(layout, sizeof(T) == 4 ? DType::Complex64 : DType::Complex128).execute(data, inverse);
+  void fft(Complex<T>* data, const fft::FftLayout& layout, bool inverse) const {
+    const DType dtype = sizeof(T) == 4 ? DType::Complex64 : DType::Complex128;
+    fft::cached_cuda_fft_plan(op_, layout, dtype, stream_)->execute(data, inverse);
   }
 
  private:
-  struct CachedPlan {
-    fft::FftLayout layout;
-    DType dtype;
-    std::unique_ptr<fft::CudaFftPlan> plan;
-  };
-
-  const fft::CudaFftPlan& plan_for(const fft::FftLayout& layout, DType dtype) {
-    for (const CachedPlan& cached : plans_) {
-      const fft::FftLayout& l = cached.layout;
-      if (cached.dtype == dtype && l.batch == layout.batch && l.rank == layout.rank &&
-          l.n[0] == layout.n[0] && l.n[1] == layout.n[1] && l.n[2] == layout.n[2] &&
-          l.inner == layout.inner) {
-        return *cached.plan;
-      }
-    }
-    plans_.push_back(
-        {layout, dtype, std::make_unique<fft::CudaFftPlan>(op_, layout, dtype, stream_)});
-    return *plans_.back().plan;
-  }
-
   const char* op_;
   Stream stream_;
   cudaStream_t raw_;
-  std::vector<CachedPlan> plans_;
 };
 
 }  // namespace fieldfuse::detail::optics

@@ -12,6 +12,8 @@
 
 #include <complex>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 
 #include "fieldfuse/core.h"
 
@@ -31,9 +33,9 @@ struct FftLayout {
 template <class T>
 void fft_cpu(std::complex<T>* data, const FftLayout& layout, bool inverse);
 
-/// A cuFFT plan for one layout and precision (Complex64 or Complex128), bound to a stream. Made
-/// per call by the ops, kept by TileOptimizer. Throws fieldfuse::Error (Runtime) naming `op` when
-/// cuFFT fails.
+/// A cuFFT plan for one layout and precision (Complex64 or Complex128), bound to a stream. Ops get
+/// theirs from cached_cuda_fft_plan. Throws fieldfuse::Error (Runtime) naming `op` when cuFFT
+/// fails.
 class CudaFftPlan {
  public:
   CudaFftPlan(const char* op, const FftLayout& layout, DType complex_dtype, Stream stream);
@@ -41,10 +43,12 @@ class CudaFftPlan {
   CudaFftPlan(const CudaFftPlan&) = delete;
   CudaFftPlan& operator=(const CudaFftPlan&) = delete;
 
-  /// Transforms `data` (device memory, layout.elements() complex values) in place.
+  /// Transforms `data` (device memory, layout.elements() complex values) in place. Serialised per
+  /// plan: a cuFFT handle is not safe to execute from two threads at once.
   void execute(void* data, bool inverse) const;
 
  private:
+  mutable std::mutex executing_;
   const char* op_;
   int handle_ = 0;  ///< cufftHandle
   DType dtype_;
@@ -52,5 +56,10 @@ class CudaFftPlan {
   int64_t repeats_ = 1;        ///< executions per transform (batch, when inner > 1)
   int64_t repeat_stride_ = 0;  ///< elements between two executions' data
 };
+
+/// The plan for (layout, dtype, current device, stream) from a process-wide cache, made on first
+/// use (Note [cuFFT plan cache]).
+std::shared_ptr<const CudaFftPlan> cached_cuda_fft_plan(const char* op, const FftLayout& layout,
+                                                        DType complex_dtype, Stream stream);
 
 }  // namespace fieldfuse::detail::fft

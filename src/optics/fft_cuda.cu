@@ -6,9 +6,13 @@
 
 #include <climits>
 #include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/check.h"
+#include "core/cuda_launch.cuh"
 #include "core/cufft_check.cuh"
 #include "optics/fft.h"
 
@@ -72,6 +76,7 @@ CudaFftPlan::~CudaFftPlan() {
 
 void CudaFftPlan::execute(void* data, bool inverse) const {
   if (empty_) return;
+  const std::lock_guard<std::mutex> lock(executing_);
   const int direction = inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
   for (int64_t r = 0; r < repeats_; ++r) {
     if (dtype_ == DType::Complex64) {
@@ -82,6 +87,59 @@ void CudaFftPlan::execute(void* data, bool inverse) const {
       check_cufft(cufftExecZ2Z(handle_, p, p, direction), op_, "cufftExecZ2Z");
     }
   }
+}
+
+// Note [cuFFT plan cache]
+// Making a cuFFT plan costs host time (hundreds of µs for the optics layouts) and allocates its
+// work area with cudaMalloc, which synchronises the device and cannot be captured in a CUDA graph.
+// So plans are made once per (layout, dtype, device, stream) and kept, like PyTorch's plan cache:
+// the ops' calls then only enqueue, and a call can be captured once its plans exist (run it once
+// before capturing). The cache keeps the 32 most recently used plans; callers hold shared_ptrs, so
+// an evicted plan lives until its last user is done. Keying by stream means a plan (and its work
+// area) is only ever used in one stream's order. The cache is never destroyed: destroying plans
+// from a static destructor could run after the CUDA runtime has shut down.
+namespace {
+
+struct PlanKey {
+  FftLayout layout;
+  DType dtype;
+  int device;
+  void* stream;
+
+  bool operator==(const PlanKey& o) const {
+    const FftLayout& a = layout;
+    const FftLayout& b = o.layout;
+    return a.batch == b.batch && a.rank == b.rank && a.n[0] == b.n[0] && a.n[1] == b.n[1] &&
+           a.n[2] == b.n[2] && a.inner == b.inner && dtype == o.dtype && device == o.device &&
+           stream == o.stream;
+  }
+};
+
+struct PlanCache {
+  static constexpr std::size_t kCapacity = 32;
+  std::mutex mutex;
+  std::list<std::pair<PlanKey, std::shared_ptr<const CudaFftPlan>>> plans;  // most recent first
+};
+
+}  // namespace
+
+std::shared_ptr<const CudaFftPlan> cached_cuda_fft_plan(const char* op, const FftLayout& layout,
+                                                        DType complex_dtype, Stream stream) {
+  static PlanCache* cache = new PlanCache();  // never destroyed (see the Note)
+  int device = 0;
+  cuda::check(cudaGetDevice(&device), op, "cudaGetDevice");
+  const PlanKey key{layout, complex_dtype, device, stream.handle};
+  const std::lock_guard<std::mutex> lock(cache->mutex);
+  for (auto it = cache->plans.begin(); it != cache->plans.end(); ++it) {
+    if (it->first == key) {
+      cache->plans.splice(cache->plans.begin(), cache->plans, it);
+      return cache->plans.front().second;
+    }
+  }
+  auto plan = std::make_shared<const CudaFftPlan>(op, layout, complex_dtype, stream);
+  cache->plans.emplace_front(key, plan);
+  if (cache->plans.size() > PlanCache::kCapacity) cache->plans.pop_back();
+  return plan;
 }
 
 }  // namespace fieldfuse::detail::fft

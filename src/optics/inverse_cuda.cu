@@ -57,8 +57,7 @@ struct CudaExec {
 
   template <class T>
   void fft(Cx<T>* data, const fft::FftLayout& layout, bool inverse) const {
-    fft::CudaFftPlan plan(op, layout, complex_dtype, stream);
-    plan.execute(data, inverse);
+    fft::cached_cuda_fft_plan(op, layout, complex_dtype, stream)->execute(data, inverse);
   }
 };
 

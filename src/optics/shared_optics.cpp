@@ -41,7 +41,7 @@ void shared_optics_3d_cpu(const MicroscopeSettings& s, const ThickGeometry& g,
   dispatch_float_types("shared_optics_3d", pupil.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const SharedOptics3d<T> f = shared_optics_functor<T>(s, g, pupil, propagation, greens);
-    CpuExec{}.for_each(f.Zt * f.Y * f.X, f);
+    CpuExec{}.for_each(f.Y * f.X, f);
   });
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The thick model's shared optics as one elementwise functor (specs/optics.md "Building blocks"):
-// each element of [Zt, Y, X] writes its propagation kernel and Green's function, slice 0 also the
-// detection pupil. Used by the CPU loop and the CUDA kernel alike.
+// The thick model's shared optics as one per-pixel functor (specs/optics.md "Building blocks"):
+// each pixel writes its detection pupil, then its propagation kernel and Green's function in every
+// slice. Used by the CPU loop and the CUDA kernel alike.
 #pragma once
 
 #include <cstdint>
@@ -32,21 +32,24 @@ struct SharedOptics3d {
     return static_cast<T>((j + Zt / 2) % Zt - Zt / 2) * z_pixel_size;
   }
 
-  FF_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t yx = Y * X, k = i / yx, pixel = i - k * yx;
-    const int64_t y = pixel / X, x = pixel - y * X;
+  /// One pixel: its pupil and oblique factor once, then every slice (consecutive pixels are
+  /// consecutive threads, so each slice's stores are coalesced).
+  FF_HOST_DEVICE void operator()(int64_t pixel) const {
+    const int64_t yx = Y * X, y = pixel / X, x = pixel - y * X;
     const T fy = fft_frequency(y, Y, step_y), fx = fft_frequency(x, X, step_x);
     const T fr2 = fy * fy + fx * fx;
     const T p = sigmoid(steepness * (cutoff - std::sqrt(fr2)));
     const T lm = medium_wavelength;
     const T cos2 = T(1) - lm * lm * fr2;
     const T oblique = (cos2 > T(0) ? std::sqrt(cos2) : T(0)) / lm;
-    const Complex<T> wave = unit_phasor(T(2 * kPi) * z_at(k) * oblique);
-    propagation[i] = p * wave;
-    // −i/(4π)·P·e^{i2πz·ob}/(ob + (1 − P) + 1e−15)
+    // −i/(4π)·P·e^{i2πz·ob}/(ob + (1 − P) + 1e−15) = scale·(−i)·e^{i2πz·ob}
     const T scale = p / (T(4 * kPi) * (oblique + (T(1) - p) + T(1e-15)));
-    greens[i] = Complex<T>(wave.im * scale, -wave.re * scale);
-    if (k == 0) pupil[pixel] = p;
+    pupil[pixel] = p;
+    for (int64_t k = 0; k < Zt; ++k) {
+      const Complex<T> wave = unit_phasor(T(2 * kPi) * z_at(k) * oblique);
+      propagation[k * yx + pixel] = p * wave;
+      greens[k * yx + pixel] = Complex<T>(wave.im * scale, -wave.re * scale);
+    }
   }
 };
 

@@ -358,7 +358,9 @@ def test_backward_errors_name_the_backward_op(rng):
 def test_cuda_matches_cpu(rng, dtype):
     data = stack(rng, (3, 5, 12, 10), dtype)
     hu, hp = tfs(rng, (1, 5, 12, 10), dtype, rank_deficient=True)
-    tol = dict(rtol=1e-9, atol=1e-10) if dtype == F64 else dict(rtol=1e-4, atol=1e-5)
+    # Rank-deficient matrices with λ = 1e-3 amplify float32 rounding by up to ~1/λ, so float32
+    # compares against the output's scale (CUDA's FFTs round differently from Eigen's).
+    tol = dict(rtol=1e-9, atol=1e-10) if dtype == F64 else dict(rtol=1e-4, atol=1e-3)
     cuda = [t.cuda() for t in (data, hu, hp)]
     for got, want in zip(optics.tikhonov_inverse(*cuda), optics.tikhonov_inverse(data, hu, hp)):
         torch.testing.assert_close(got.cpu(), want, **tol)
