@@ -40,11 +40,32 @@ struct TileInputs {
   FF_HOST_DEVICE T azimuth_at(int64_t b) const { return azimuth[b * azimuth_stride]; }
 };
 
-/// Scratch of the pipeline: the S·D planes followed by the D planes (one FFT over both), and the
-/// direct intensity I0 per tile and component.
+/// Where each Jet component of D is stored among the D planes (−1: structurally zero). D depends
+/// on z and NAd only, so its components along the tilt directions are zero and are neither
+/// stored nor transformed (a quarter to a half of the forward FFT work when optimising the tilt).
+template <int C>
+struct DefocusPlanes {
+  int plane[C];
+  int count;
+};
+
+template <int P, int O>
+DefocusPlanes<1 + P * O> defocus_planes(const ThinDirections& dir) {
+  DefocusPlanes<1 + P * O> d{};
+  d.count = 0;
+  for (int c = 0; c < 1 + P * O; ++c) {
+    const int direction = c == 0 ? -1 : (c - 1) % (P > 0 ? P : 1);
+    const bool nonzero = c == 0 || direction == dir.z || direction == dir.na_detection;
+    d.plane[c] = nonzero ? d.count++ : -1;
+  }
+  return d;
+}
+
+/// Scratch of the pipeline: the S·D planes followed by the nonzero D planes (one FFT over both),
+/// and the direct intensity I0 per tile and component.
 template <class T>
 struct ThinBuffers {
-  Complex<T>* fields = nullptr;  ///< [2][C][B][Z][Nu]: S·D, then D
+  Complex<T>* fields = nullptr;  ///< [C + Dn][B][Z][Nu]: S·D, then D's nonzero components
   T* intensity = nullptr;        ///< [B][C]
 };
 
@@ -56,6 +77,7 @@ struct ThinFields {
   ThinModel<T> m;
   ThinDirections dir;
   TileInputs<T> in;
+  DefocusPlanes<C> d_planes;
   Complex<T>* fields;
 
   FF_HOST_DEVICE void operator()(int64_t i) const {
@@ -70,7 +92,7 @@ struct ThinFields {
       const CJ illuminated = pupils.illumination * field;
       for (int c = 0; c < C; ++c) {
         sd[c * plane_stride + z * nu] = illuminated.c[c];
-        d[c * plane_stride + z * nu] = field.c[c];
+        if (d_planes.plane[c] >= 0) d[d_planes.plane[c] * plane_stride + z * nu] = field.c[c];
       }
     }
   }
@@ -99,13 +121,15 @@ struct ThinProduct {
   using CJ = Jet<Complex<T>, P, O>;
   static constexpr int C = CJ::kComponents;
   int64_t plane_stride;  ///< B·Z·Nu
+  DefocusPlanes<C> d_planes;
   Complex<T>* fields;
 
   FF_HOST_DEVICE void operator()(int64_t i) const {
     CJ a, d;
     for (int c = 0; c < C; ++c) {
       a.c[c] = fields[c * plane_stride + i];
-      d.c[c] = fields[(C + c) * plane_stride + i];
+      const int plane = d_planes.plane[c];
+      d.c[c] = plane >= 0 ? fields[(C + plane) * plane_stride + i] : Complex<T>();
     }
     const CJ product = conj(a) * d;
     for (int c = 0; c < C; ++c) fields[c * plane_stride + i] = product.c[c];
@@ -179,15 +203,16 @@ void thin_correlation(Exec& exec, const ThinModel<T>& m, const ThinDirections& d
                       const TileInputs<T>& in, const ThinBuffers<T>& buf) {
   constexpr int C = Jet<T, P, O>::kComponents;
   const int64_t nu = m.pixels_up();
-  exec.for_each(m.B * nu, ThinFields<T, P, O>{m, dir, in, buf.fields});
+  const DefocusPlanes<C> d_planes = defocus_planes<P, O>(dir);
+  exec.for_each(m.B * nu, ThinFields<T, P, O>{m, dir, in, d_planes, buf.fields});
   exec.template reduce<C>(m.B, nu, ThinIntensity<T, P, O>{m, dir, in}, buf.intensity);
   fft::FftLayout layout;
   layout.rank = 2;
   layout.n[0] = m.Yu;
   layout.n[1] = m.Xu;
-  layout.batch = 2 * C * m.B * m.Z;
+  layout.batch = (C + d_planes.count) * m.B * m.Z;
   exec.fft(buf.fields, layout, false);
-  exec.for_each(m.B * m.Z * nu, ThinProduct<T, P, O>{m.B * m.Z * nu, buf.fields});
+  exec.for_each(m.B * m.Z * nu, ThinProduct<T, P, O>{m.B * m.Z * nu, d_planes, buf.fields});
   layout.batch = C * m.B * m.Z;
   exec.fft(buf.fields, layout, true);
 }
