@@ -341,7 +341,7 @@ def bench_reconstruction(bench: Bench, sizes: Sizes, s: base.Settings) -> dict[s
         return step
 
     def fieldfuse_step(x: Tensor) -> Tensor:
-        z = fo.z_positions(sizes.z, Z_SPACING, truth["z_offset"])
+        z = fo.z_positions(sizes.z, Z_SPACING, truth["z_offset"], device=device)
         hu, hp = fo.thin_transfer_functions(
             yx, s.pixel_size, z, s.wavelength, s.index_medium, s.na_illumination,
             s.na_detection, zenith=truth["zenith"], azimuth=truth["azimuth"],
@@ -367,7 +367,8 @@ def bench_reconstruction(bench: Bench, sizes: Sizes, s: base.Settings) -> dict[s
                 lambda st=step: (st(tiles), reference))
             rows.append({"name": name, "result": result, "max_abs_diff": diff})
         if bench.cuda:
-            for name in ("fieldfuse TFs + tikhonov_inverse", "PyTorch TFs + closed form"):
+            for name in ("fieldfuse TFs + tikhonov_inverse", "fieldfuse reconstruct_phase",
+                         "PyTorch TFs + closed form"):
                 step, ff = steps[name]
                 rows.append({"name": name + ", CUDA graph",
                              "result": bench.graphed(lambda st=step: st, inputs, fieldfuse=ff)})

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "core/macros.h"
 #include "optics/fft.h"
@@ -79,9 +78,8 @@ struct GatherPair {
 };
 
 /// The closed-form filter G = (M·Mᴴ + λI)⁻¹·M of one (tile, frequency): pass 1 accumulates N,
-/// pass 2 writes G column by column. With kMaxZ > 0 (Z <= kMaxZ) M is held in registers between
-/// the passes; kMaxZ = 0 reads it twice (no per-thread arrays, whatever Z).
-template <class T, int kMaxZ>
+/// pass 2 writes G column by column (no per-thread arrays, whatever Z).
+template <class T>
 struct FilterStep {
   View hu, hp;
   Shape s;
@@ -90,39 +88,14 @@ struct FilterStep {
   FF_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t F = s.plane(), b = i / F, f = i % F;
     const ZLine<T> u(hu, b, f, s.X), p(hp, b, f, s.X);
+    Gram<T> gram;
+    for (int64_t z = 0; z < s.Z; ++z) gram.add(u[z], p[z]);
+    const TikhonovInverse<T> inv(gram, lambda);
     Cx<T>* row0 = out + 2 * b * s.Z * F + f;
     Cx<T>* row1 = row0 + s.Z * F;
-    Gram<T> gram;
-    if constexpr (kMaxZ > 0) {
-      // M once into registers (unrolled, compile-time indices), so it is read from memory once.
-      Cx<T> mu[kMaxZ], mp[kMaxZ];
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-      for (int z = 0; z < kMaxZ; ++z) {
-        if (z < s.Z) {
-          mu[z] = u[z];
-          mp[z] = p[z];
-          gram.add(mu[z], mp[z]);
-        }
-      }
-      const TikhonovInverse<T> inv(gram, lambda);
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-      for (int z = 0; z < kMaxZ; ++z) {
-        if (z < s.Z) {
-          row0[z * F] = inv.row0(mu[z], mp[z]);
-          row1[z * F] = inv.row1(mu[z], mp[z]);
-        }
-      }
-    } else {
-      for (int64_t z = 0; z < s.Z; ++z) gram.add(u[z], p[z]);
-      const TikhonovInverse<T> inv(gram, lambda);
-      for (int64_t z = 0; z < s.Z; ++z) {
-        row0[z * F] = inv.row0(u[z], p[z]);
-        row1[z * F] = inv.row1(u[z], p[z]);
-      }
+    for (int64_t z = 0; z < s.Z; ++z) {
+      row0[z * F] = inv.row0(u[z], p[z]);
+      row1[z * F] = inv.row1(u[z], p[z]);
     }
   }
 };
@@ -382,20 +355,9 @@ constexpr int64_t kPointWork = 8;
 template <class T, class E>
 void run_filter(E& e, const FilterArgs& a) {
   const Shape& s = a.shape;
-  const auto run = [&](auto max_z) {
-    e.for_each(s.B * s.plane(), 16 * s.Z,
-               FilterStep<T, decltype(max_z)::value>{a.absorption_tf, a.phase_tf, s,
-                                                     static_cast<T>(a.regularization),
-                                                     static_cast<Cx<T>*>(a.filter)});
-  };
-  // Stacks up to 32 slices keep M in registers (one read); longer ones read it twice.
-  if (s.Z <= 8) {
-    run(std::integral_constant<int, 8>{});
-  } else if (s.Z <= 32) {
-    run(std::integral_constant<int, 32>{});
-  } else {
-    run(std::integral_constant<int, 0>{});
-  }
+  e.for_each(s.B * s.plane(), 16 * s.Z,
+             FilterStep<T>{a.absorption_tf, a.phase_tf, s, static_cast<T>(a.regularization),
+                           static_cast<Cx<T>*>(a.filter)});
 }
 
 /// X̂ = FFT2[x̃] into a.spectra, with the slices' Σx in a.sums when normalising.

@@ -120,8 +120,7 @@ def reconstruct_phase(
         raise TypeError(f"{op}(): expected microscope to be a fieldfuse.optics.Microscope, but got {type(microscope).__name__}")
     Z, Y, X = tiles.shape[-3:]
     offset = z_offset.to(tiles) if isinstance(z_offset, Tensor) else real_number(op, "z_offset", z_offset)
-    z = z_positions(Z, real_number(op, "z_spacing", z_spacing), offset)
-    z = z.to(device=tiles.device, dtype=tiles.dtype)
+    z = z_positions(Z, real_number(op, "z_spacing", z_spacing), offset, device=tiles.device, dtype=tiles.dtype)
     zen = zenith.to(tiles) if isinstance(zenith, Tensor) else real_number(op, "zenith", zenith)
     azi = azimuth.to(tiles) if isinstance(azimuth, Tensor) else real_number(op, "azimuth", azimuth)
     hu, hp = thin_transfer_functions(

@@ -62,16 +62,17 @@ def thin_upsampling_factor(microscope: Microscope) -> int:
     return _C.thin_upsampling_factor(microscope.settings("thin_upsampling_factor"))
 
 
-def z_positions(Z: int, z_spacing: float, offset=0.0) -> Tensor:
+def z_positions(Z: int, z_spacing: float, offset=0.0, *, device=None, dtype=None) -> Tensor:
     """Defocus of slice k: (−k + ⌊Z/2⌋ + offset)·z_spacing, k = 0..Z−1.
 
-    offset: a number (-> [Z]) or a [B] tensor (-> [B, Z], differentiable).
+    offset: a number (-> [Z]) or a [B] tensor (-> [B, Z], differentiable, on its device and dtype).
+    device, dtype: for a number offset (default cpu, float64); built on the device, no copy.
     """
-    k = torch.arange(Z, dtype=torch.float64)
-    base = (Z // 2) - k
     if isinstance(offset, Tensor):
-        return (base.to(offset) + offset.unsqueeze(-1)) * z_spacing
-    return (base + float(offset)) * float(z_spacing)
+        base = torch.arange(Z, device=offset.device, dtype=offset.dtype)
+        return ((Z // 2) - base + offset.unsqueeze(-1)) * z_spacing
+    base = torch.arange(Z, device=device, dtype=dtype or torch.float64)
+    return ((Z // 2) - base + float(offset)) * float(z_spacing)
 
 
 def _tensor_like(op: str, arg: str, value, dtype, device) -> Tensor:
@@ -181,12 +182,19 @@ def thin_transfer_functions(
     z = z.to(device=device, dtype=dtype)
     if z.dim() not in (1, 2):
         raise ValueError(f"{op}(): expected z_positions to be [Z] or [B, Z], but got shape {list(z.shape)}")
-    zen = _tensor_like(op, "zenith", zenith, dtype, device).to(device=device, dtype=dtype)
-    azi = _tensor_like(op, "azimuth", azimuth, dtype, device).to(device=device, dtype=dtype)
-    for name, t in (("zenith", zen), ("azimuth", azi)):
-        if t.dim() > 1:
-            raise ValueError(f"{op}(): expected {name} to be a number or a [B] tensor, but got shape {list(t.shape)}")
-    batch_sizes = {t.shape[0] for t in (zen, azi) if t.dim() == 1} | ({z.shape[0]} if z.dim() == 2 else set())
+    # Numbers become device tensors by fills, never by host-to-device copies, so a call can be
+    # captured in a CUDA graph (NAs given as tensors are read on the host: that synchronises).
+    tilts = []
+    for name, value in (("zenith", zenith), ("azimuth", azimuth)):
+        if isinstance(value, Tensor):
+            t = _tensor_like(op, name, value, dtype, device).to(device=device, dtype=dtype)
+            if t.dim() > 1:
+                raise ValueError(f"{op}(): expected {name} to be a number or a [B] tensor, but got shape {list(t.shape)}")
+            tilts.append(t)
+        else:
+            tilts.append(real_number(op, name, value))
+    batch_sizes = {t.shape[0] for t in tilts if isinstance(t, Tensor) and t.dim() == 1}
+    batch_sizes |= {z.shape[0]} if z.dim() == 2 else set()
     if len(batch_sizes) > 1:
         raise ValueError(
             f"{op}(): expected z_positions, zenith and azimuth to agree on B, but got sizes {sorted(batch_sizes)}"
@@ -194,25 +202,29 @@ def thin_transfer_functions(
     batched = bool(batch_sizes)
     B = batch_sizes.pop() if batched else 1
     z2 = z.expand(B, z.shape[-1]) if z.dim() == 1 else z
-    zen1 = zen.expand(B) if zen.dim() == 0 else zen
-    azi1 = azi.expand(B) if azi.dim() == 0 else azi
-    na_i = _tensor_like(op, "na_illumination", na_illumination, dtype, device)
-    na_d = _tensor_like(op, "na_detection", na_detection, dtype, device)
-    for name, t in (("na_illumination", na_i), ("na_detection", na_d)):
-        if t.numel() != 1:
-            raise ValueError(f"{op}(): expected {name} to be a number or a 1-element tensor, but got shape {list(t.shape)}")
+    zen1, azi1 = (
+        t.expand(B) if isinstance(t, Tensor) else torch.full((B,), t, dtype=dtype, device=device) for t in tilts
+    )
+    nas = []
+    for name, value in (("na_illumination", na_illumination), ("na_detection", na_detection)):
+        if isinstance(value, Tensor):
+            t = _tensor_like(op, name, value, dtype, device)
+            if t.numel() != 1:
+                raise ValueError(f"{op}(): expected {name} to be a number or a 1-element tensor, but got shape {list(t.shape)}")
+            nas.append((float(t.detach()), t.reshape(()).to(device=device, dtype=dtype)))
+        else:
+            nas.append((real_number(op, name, value), None))
     settings = Microscope(
         pixel_size=pixel_size,
         wavelength=wavelength,
         index_medium=index_medium,
-        na_illumination=float(na_i.detach()),
-        na_detection=float(na_d.detach()),
+        na_illumination=nas[0][0],
+        na_detection=nas[1][0],
         pupil_steepness=pupil_steepness,
         invert_phase_contrast=invert_phase_contrast,
     ).settings(op)
     hu, hp = _ThinTransfer.apply(
-        settings, (int(yx_shape[0]), int(yx_shape[1])), z2, zen1, azi1,
-        na_i.reshape(()).to(device=device, dtype=dtype), na_d.reshape(()).to(device=device, dtype=dtype),
+        settings, (int(yx_shape[0]), int(yx_shape[1])), z2, zen1, azi1, nas[0][1], nas[1][1]
     )
     if not batched:
         return hu[0], hp[0]
