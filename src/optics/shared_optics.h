@@ -32,21 +32,41 @@ struct SharedOptics3d {
     return static_cast<T>((j + Zt / 2) % Zt - Zt / 2) * z_pixel_size;
   }
 
-  FF_HOST_DEVICE void operator()(int64_t i) const {
-    const int64_t yx = Y * X, k = i / yx, pixel = i - k * yx;
+  /// The z-independent factors at pixel (y, x) = divmod(pixel, X): P and the oblique factor ob.
+  struct Sample {
+    T pupil;
+    T oblique;
+  };
+
+  FF_HOST_DEVICE Sample sample(int64_t pixel) const {
     const int64_t y = pixel / X, x = pixel - y * X;
     const T fy = fft_frequency(y, Y, step_y), fx = fft_frequency(x, X, step_x);
     const T fr2 = fy * fy + fx * fx;
-    const T p = sigmoid(steepness * (cutoff - std::sqrt(fr2)));
     const T lm = medium_wavelength;
     const T cos2 = T(1) - lm * lm * fr2;
-    const T oblique = (cos2 > T(0) ? std::sqrt(cos2) : T(0)) / lm;
-    const Complex<T> wave = unit_phasor(T(2 * kPi) * z_at(k) * oblique);
-    propagation[i] = p * wave;
-    // −i/(4π)·P·e^{i2πz·ob}/(ob + (1 − P) + 1e−15)
-    const T scale = p / (T(4 * kPi) * (oblique + (T(1) - p) + T(1e-15)));
-    greens[i] = Complex<T>(wave.im * scale, -wave.re * scale);
-    if (k == 0) pupil[pixel] = p;
+    return {sigmoid(steepness * (cutoff - std::sqrt(fr2))),
+            (cos2 > T(0) ? std::sqrt(cos2) : T(0)) / lm};
+  }
+
+  /// The propagation kernel P·e^{i2πz·ob} of slice k at a pixel's sample.
+  FF_HOST_DEVICE Complex<T> propagation_at(const Sample& s, int64_t k) const {
+    return s.pupil * unit_phasor(T(2 * kPi) * z_at(k) * s.oblique);
+  }
+
+  /// The Green's function −i/(4π)·P·e^{i2πz·ob}/(ob + (1 − P) + 1e−15) from the propagation
+  /// kernel of the same slice and pixel.
+  FF_HOST_DEVICE Complex<T> greens_from(const Sample& s, const Complex<T>& propagation) const {
+    const T scale = T(1) / (T(4 * kPi) * (s.oblique + (T(1) - s.pupil) + T(1e-15)));
+    return Complex<T>(propagation.im * scale, -propagation.re * scale);
+  }
+
+  FF_HOST_DEVICE void operator()(int64_t i) const {
+    const int64_t yx = Y * X, k = i / yx, pixel = i - k * yx;
+    const Sample s = sample(pixel);
+    const Complex<T> wave = propagation_at(s, k);
+    propagation[i] = wave;
+    greens[i] = greens_from(s, wave);
+    if (k == 0) pupil[pixel] = s.pupil;
   }
 };
 
