@@ -29,12 +29,12 @@ namespace fieldfuse {
 
 /// The microscope, shared by every tile of a call.
 struct MicroscopeSettings {
-  double pixel_size = 0.0;             ///< transverse object-space pixel size (> 0)
-  double wavelength = 0.0;             ///< vacuum illumination wavelength λ (> 0)
-  double index_medium = 1.0;           ///< refractive index n of the medium (> 0)
-  double na_illumination = 0.0;        ///< NAi, >= 0 (the thin model clamps NAi >= NAd to 0.9·NAd)
-  double na_detection = 0.0;           ///< NAd, > 0 and < n
-  double pupil_steepness = 1e4;        ///< s in P(f) = σ(s·(NAd/λ − |f|)); 1e4 nearly binary
+  double pixel_size = 0.0;       ///< transverse object-space pixel size (> 0)
+  double wavelength = 0.0;       ///< vacuum illumination wavelength λ (> 0)
+  double index_medium = 1.0;     ///< refractive index n of the medium (> 0)
+  double na_illumination = 0.0;  ///< NAi, >= 0 (the thin model clamps NAi >= NAd to 0.9·NAd)
+  double na_detection = 0.0;     ///< NAd, > 0 and < n
+  double pupil_steepness = 1e4;  ///< s in P(f) = σ(s·(NAd/λ − |f|)); 1e4 nearly binary
   bool invert_phase_contrast = false;  ///< negates z (thin) or flips the z list (thick)
 };
 
@@ -195,12 +195,11 @@ void tikhonov_inverse_3d(const TensorRef& data, const TensorRef& transfer_functi
 /// Adjoint of `tikhonov_inverse_3d` with respect to data and the transfer function.
 void tikhonov_inverse_3d_backward(const TensorRef& data, const TensorRef& transfer_function,
                                   double regularization, const TensorRef& grad_out,
-                                  const TensorRef& grad_data,
-                                  const TensorRef& grad_transfer_function, void* workspace,
-                                  std::size_t workspace_bytes, Stream stream = {});
+                                  const TensorRef& grad_data, const TensorRef& grad_transfer_function,
+                                  void* workspace, std::size_t workspace_bytes, Stream stream = {});
 
 std::size_t thin_forward_model_workspace_size(const TensorRef& absorption,
-                                              const TensorRef& absorption_tf);
+                                             const TensorRef& absorption_tf);
 
 /// The thin forward model (waveorder's apply_transfer_function): data_z =
 /// real(IFFT2[FFT2[a]·Hu_z]) + real(IFFT2[FFT2[p]·Hp_z]) + background. absorption, phase [B, Y, X]
@@ -253,8 +252,8 @@ struct TileParameter {
 
 struct TileOptimizerOptions {
   TileOptimizerMethod method = TileOptimizerMethod::NAdam;
-  int iterations = 50;           ///< >= 0
-  double regularization = 1e-3;  ///< λ of the Tikhonov inverse
+  int iterations = 50;            ///< >= 0
+  double regularization = 1e-3;   ///< λ of the Tikhonov inverse
   MidbandBand band{};
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< Adam / NAdam
   double momentum_decay = 4e-3;                   ///< NAdam's ψ (PyTorch's default)
