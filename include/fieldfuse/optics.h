@@ -118,6 +118,36 @@ void shared_optics_3d(const MicroscopeSettings& settings, const ThickGeometry& g
                       const TensorRef& greens_function, Stream stream = {});
 
 // ---------------------------------------------------------------------------------------------
+// The thick (3-D) model
+// ---------------------------------------------------------------------------------------------
+
+/// Bytes of scratch `thick_transfer_function` needs (>= 1): two complex stacks of the upsampled
+/// grid [Z·fz + 2·z_padding, Y·f, X·f] and the direct intensity. Validates the settings and the
+/// geometry as `thick_transfer_function` does; dtype is the real dtype (float32 or float64).
+std::size_t thick_transfer_function_workspace_size(const MicroscopeSettings& settings,
+                                                   const ThickGeometry& geometry, DType dtype);
+
+/// The 3-D weak-object transfer functions of the real and imaginary scattering potential
+/// (waveorder 3.0.2 phase_thick_3d.calculate_transfer_function, one scalar tilt):
+/// - Nyquist upsampling: f = ceil(pixel_size / (λ/(2·(NAd + NAi)))) in y, x and
+///   fz = ceil(z_pixel_size / (1/(2·(n/λ − sqrt((n/λ)² − (NAd/λ)²))))) in z; the grid is
+///   [Zu, Y·f, X·f] with Zu = Z·fz + 2·z_padding (the padding is not upsampled), pixel sizes
+///   pixel_size/f and Δz_up = z_pixel_size/fz;
+/// - on it, the shared optics of `shared_optics_3d` (P, Hz, signed-z G) and the tilted
+///   illumination pupil S (NAi as given: the thick model does not clamp it), SPHz = S·P·Hz,
+///   PG = P·G, H1 = FFT_z[w·IFFT2[conj(FFT2 SPHz)·FFT2 PG]] with w = ifftshift(symmetric Hann
+///   window of Zu points), H2(k) = conj(H1(−k)) (equal to waveorder's H2 with the conjugates
+///   swapped), I = Σ_yx S·P²;
+/// - real_potential_tf = (H1 + H2)/I·Δz_up, imag_potential_tf = i·(H1 − H2)/I·Δz_up, cropped to
+///   their central [Z + 2·z_padding, Y, X] frequencies.
+/// settings.pixel_size is the transverse pixel size (yx_pixel_size); geometry.zenith/azimuth
+/// the tilt. Outputs complex64 or complex128 (both the same), contiguous, distinct; the precision
+/// of the whole computation follows them. Not differentiable (no backward). Deterministic.
+void thick_transfer_function(const MicroscopeSettings& settings, const ThickGeometry& geometry,
+                             const TensorRef& real_potential_tf, const TensorRef& imag_potential_tf,
+                             void* workspace, std::size_t workspace_bytes, Stream stream = {});
+
+// ---------------------------------------------------------------------------------------------
 // Tikhonov inverse
 // ---------------------------------------------------------------------------------------------
 

@@ -166,6 +166,41 @@ void bind_optics_transfer(nb::module_& m) {
       "band_high"_a, "tolerance"_a, "patience"_a, "out_z_offset"_a.noconvert(),
       "out_zenith"_a.noconvert(), "out_azimuth"_a.noconvert(), "out_loss"_a.noconvert(),
       "out_iterations"_a.noconvert(), "stream"_a);
+
+  // The thick (3-D) model: the geometry crosses as (Z, Y, X, z_pixel_size, z_padding, zenith,
+  // azimuth); the workspace size also validates it, before the caller allocates outputs.
+  using Geometry = std::tuple<int64_t, int64_t, int64_t, double, int64_t, double, double>;
+  const auto to_geometry = [](const Geometry& t) {
+    ThickGeometry g;
+    g.Z = std::get<0>(t);
+    g.Y = std::get<1>(t);
+    g.X = std::get<2>(t);
+    g.z_pixel_size = std::get<3>(t);
+    g.z_padding = std::get<4>(t);
+    g.zenith = std::get<5>(t);
+    g.azimuth = std::get<6>(t);
+    return g;
+  };
+  m.def(
+      "thick_transfer_function_workspace_size",
+      [to_geometry](const Settings& s, const Geometry& g, bool float64) {
+        return thick_transfer_function_workspace_size(to_settings(s), to_geometry(g),
+                                                      float64 ? DType::Float64 : DType::Float32);
+      },
+      "settings"_a, "geometry"_a, "float64"_a);
+  m.def(
+      "thick_transfer_function",
+      [to_geometry](const Settings& s, const Geometry& g, const Array& real_potential_tf,
+                    const Array& imag_potential_tf, const Array& workspace, std::uintptr_t stream) {
+        constexpr const char* op = "thick_transfer_function";
+        const TensorRef re = to_tensor_ref(real_potential_tf, op, "real_potential_tf");
+        const TensorRef im = to_tensor_ref(imag_potential_tf, op, "imag_potential_tf");
+        nb::gil_scoped_release release;
+        thick_transfer_function(to_settings(s), to_geometry(g), re, im, workspace.data(),
+                                workspace.nbytes(), to_stream(stream));
+      },
+      "settings"_a, "geometry"_a, "real_potential_tf"_a.noconvert(),
+      "imag_potential_tf"_a.noconvert(), "workspace"_a.noconvert(), "stream"_a);
 }
 
 }  // namespace fieldfuse::python

@@ -14,20 +14,9 @@ C64, C128 = torch.complex64, torch.complex128
 
 
 def optics_api(name: str):
-    """`fieldfuse.optics.<name>`; skips the test when this branch does not have it yet.
-
-    Only a missing module `fieldfuse.optics` or a missing name skips: any other import error of
-    the module (a bug in it) fails the test.
-    """
-    try:
-        module = importlib.import_module("fieldfuse.optics")
-    except ModuleNotFoundError as error:
-        if error.name != "fieldfuse.optics":
-            raise
-        pytest.skip(f"fieldfuse.optics.{name} not built on this branch")
-    if not hasattr(module, name):
-        pytest.skip(f"fieldfuse.optics.{name} not built on this branch")
-    return getattr(module, name)
+    """`fieldfuse.optics.<name>`. Every agreed name exists, so a missing module or name fails the
+    test (an AttributeError or ImportError naming it), never skips."""
+    return getattr(importlib.import_module("fieldfuse.optics"), name)
 
 
 def complex_of(dtype: torch.dtype) -> torch.dtype:

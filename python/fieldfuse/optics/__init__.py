@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from .inverse import midband_power, thin_forward_model, tikhonov_filter, tikhonov_inverse, tikhonov_inverse_3d
 from .tiles import TileOptimization, optimize_tiles, reconstruct_phase
-from .transfer import Microscope, shared_optics_3d, thin_transfer_functions, thin_upsampling_factor, z_positions
+from .transfer import (
+    Microscope,
+    shared_optics_3d,
+    thick_transfer_function,
+    thin_transfer_functions,
+    thin_upsampling_factor,
+    z_positions,
+)
 
 __all__ = [
     "Microscope",
@@ -15,6 +22,7 @@ __all__ = [
     "optimize_tiles",
     "reconstruct_phase",
     "shared_optics_3d",
+    "thick_transfer_function",
     "thin_forward_model",
     "thin_transfer_functions",
     "thin_upsampling_factor",

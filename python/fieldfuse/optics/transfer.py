@@ -21,6 +21,7 @@ from .._backend import _C, dl, real_number, stream_of, workspace
 __all__ = [
     "Microscope",
     "shared_optics_3d",
+    "thick_transfer_function",
     "thin_transfer_functions",
     "thin_upsampling_factor",
     "z_positions",
@@ -231,6 +232,18 @@ def thin_transfer_functions(
     return hu, hp
 
 
+def _check_zyx_shape_and_dtype(op: str, zyx_shape, dtype) -> None:
+    """The 3-D builders' Python-side checks (the C++ front checks the values)."""
+    if (
+        not isinstance(zyx_shape, (tuple, list, torch.Size))
+        or len(zyx_shape) != 3
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in zyx_shape)
+    ):
+        raise ValueError(f"{op}(): expected zyx_shape to be three ints (Z, Y, X), but got {zyx_shape!r}")
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{op}(): expected dtype to be torch.float32 or torch.float64, but got {dtype}")
+
+
 def shared_optics_3d(
     zyx_shape: Sequence[int],
     yx_pixel_size: float,
@@ -250,14 +263,7 @@ def shared_optics_3d(
     function (z signed) [Z + 2·z_padding, Y, X], z list ifftshift((k − Zt/2)·Δz), reversed when
     invert_phase_contrast. No upsampling."""
     op = "shared_optics_3d"
-    if (
-        not isinstance(zyx_shape, (tuple, list, torch.Size))
-        or len(zyx_shape) != 3
-        or not all(isinstance(n, int) and not isinstance(n, bool) for n in zyx_shape)
-    ):
-        raise ValueError(f"{op}(): expected zyx_shape to be three ints (Z, Y, X), but got {zyx_shape!r}")
-    if dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"{op}(): expected dtype to be torch.float32 or torch.float64, but got {dtype}")
+    _check_zyx_shape_and_dtype(op, zyx_shape, dtype)
     device = torch.device("cpu" if device is None else device)
     Z, Y, X = (int(n) for n in zyx_shape)
     if Z < 0 or Y < 1 or X < 1 or not isinstance(z_padding, int) or z_padding < 0:
@@ -275,3 +281,63 @@ def shared_optics_3d(
     _C.shared_optics_3d(settings, Z, Y, X, real_number(op, "z_pixel_size", z_pixel_size), z_padding,
                         dl(pupil), dl(kernel), dl(greens), stream_of(pupil))
     return pupil, kernel, greens
+
+
+def thick_transfer_function(
+    zyx_shape: Sequence[int],
+    yx_pixel_size: float,
+    z_pixel_size: float,
+    wavelength: float,
+    index_medium: float,
+    na_illumination: float,
+    na_detection: float,
+    *,
+    z_padding: int = 0,
+    zenith: float = 0.0,
+    azimuth: float = 0.0,
+    pupil_steepness: float = 1e4,
+    invert_phase_contrast: bool = False,
+    device=None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, Tensor]:
+    """The 3-D weak-object transfer functions (real_potential_tf, imag_potential_tf), complex
+    [Z + 2·z_padding, Y, X] (waveorder's phase_thick_3d.calculate_transfer_function, one tilt).
+
+    Built on the device on waveorder's Nyquist-upsampled grid [Z·fz + 2·z_padding, Y·f, X·f]
+    (f = ceil(yx_pixel_size / (λ/(2·(NAd + NAi)))), fz = ceil(z_pixel_size / axial Nyquist
+    spacing); the padding is not upsampled): the shared optics of `shared_optics_3d`, the tilted
+    illumination pupil S (NAi not clamped), SPHz = S·P·Hz, PG = P·G,
+    H1 = FFT_z[w·IFFT2[conj(FFT2 SPHz)·FFT2 PG]] with the ifftshifted symmetric Hann window w,
+    H2(k) = conj(H1(−k)), I = Σ S·P², real = (H1 + H2)/I·Δz_up, imag = i·(H1 − H2)/I·Δz_up, then
+    the central [Z + 2·z_padding, Y, X] frequencies. zenith, azimuth: numbers (radians).
+    dtype float32 gives complex64, float64 complex128. Not differentiable: the outputs carry no
+    autograd history, whatever the inputs.
+    """
+    op = "thick_transfer_function"
+    _check_zyx_shape_and_dtype(op, zyx_shape, dtype)
+    if not isinstance(z_padding, int) or isinstance(z_padding, bool):
+        raise TypeError(f"{op}(): expected z_padding to be an int, but got {type(z_padding).__name__}")
+    device = torch.device("cpu" if device is None else device)
+    settings = (
+        real_number(op, "yx_pixel_size", yx_pixel_size),
+        real_number(op, "wavelength", wavelength),
+        real_number(op, "index_medium", index_medium),
+        real_number(op, "na_illumination", na_illumination),
+        real_number(op, "na_detection", na_detection),
+        real_number(op, "pupil_steepness", pupil_steepness),
+        bool(invert_phase_contrast),
+    )
+    Z, Y, X = (int(n) for n in zyx_shape)
+    geometry = (
+        Z, Y, X, real_number(op, "z_pixel_size", z_pixel_size), z_padding,
+        real_number(op, "zenith", zenith), real_number(op, "azimuth", azimuth),
+    )
+    # Validates settings and geometry in C++ before any allocation.
+    nbytes = _C.thick_transfer_function_workspace_size(settings, geometry, dtype == torch.float64)
+    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    real_tf = torch.empty(Z + 2 * z_padding, Y, X, dtype=complex_dtype, device=device)
+    imag_tf = torch.empty_like(real_tf)
+    _C.thick_transfer_function(
+        settings, geometry, dl(real_tf), dl(imag_tf), dl(workspace(nbytes, device)), stream_of(real_tf)
+    )
+    return real_tf, imag_tf
