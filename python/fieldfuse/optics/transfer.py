@@ -67,12 +67,13 @@ def z_positions(Z: int, z_spacing: float, offset=0.0, *, device=None, dtype=None
     """Defocus of slice k: (−k + ⌊Z/2⌋ + offset)·z_spacing, k = 0..Z−1.
 
     offset: a number (-> [Z]) or a [B] tensor (-> [B, Z], differentiable, on its device and dtype).
-    device, dtype: for a number offset (default cpu, float64); built on the device, no copy.
+    device, dtype: for a number offset (default cpu and torch's default dtype, float32 unless
+    changed); built on the device, no copy.
     """
     if isinstance(offset, Tensor):
         base = torch.arange(Z, device=offset.device, dtype=offset.dtype)
         return ((Z // 2) - base + offset.unsqueeze(-1)) * z_spacing
-    base = torch.arange(Z, device=device, dtype=dtype or torch.float64)
+    base = torch.arange(Z, device=device, dtype=dtype or torch.get_default_dtype())
     return ((Z // 2) - base + float(offset)) * float(z_spacing)
 
 
