@@ -6,38 +6,18 @@
 #include <cmath>
 
 #include "core/macros.h"
+#include "optics/complex.h"
 
 namespace fieldfuse::detail::optics {
 
-/// A complex number as PyTorch, cuFFT and std::complex lay it out (real, imaginary).
+/// The family's complex number (optics/complex.h), under the short name these formulas use.
 template <class T>
-struct Cx {
-  T re, im;
-};
+using Cx = Complex<T>;
 
-template <class T>
-FF_HOST_DEVICE inline Cx<T> operator+(Cx<T> a, Cx<T> b) {
-  return {a.re + b.re, a.im + b.im};
-}
-template <class T>
-FF_HOST_DEVICE inline Cx<T> operator-(Cx<T> a, Cx<T> b) {
-  return {a.re - b.re, a.im - b.im};
-}
-template <class T>
-FF_HOST_DEVICE inline Cx<T> operator*(Cx<T> a, Cx<T> b) {
-  return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
-}
-template <class T>
-FF_HOST_DEVICE inline Cx<T> operator*(T s, Cx<T> a) {
-  return {s * a.re, s * a.im};
-}
-template <class T>
-FF_HOST_DEVICE inline Cx<T> conj(Cx<T> a) {
-  return {a.re, -a.im};
-}
+/// |a|².
 template <class T>
 FF_HOST_DEVICE inline T norm2(Cx<T> a) {
-  return a.re * a.re + a.im * a.im;
+  return norm(a);
 }
 /// conj(a)·b, the Hermitian product's term.
 template <class T>
