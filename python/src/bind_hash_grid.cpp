@@ -36,11 +36,6 @@ HashGridConfig make_config(int n_levels, int n_features_per_level, int log2_hash
   return config;
 }
 
-/// An optional tensor as a TensorRef (absent: a default TensorRef).
-TensorRef optional_ref(const OptionalArray& a, const char* op, const char* arg) {
-  return a ? to_tensor_ref(*a, op, arg) : TensorRef{};
-}
-
 /// Binds `name` = `<op>_workspace_size(x, params, <config>, wants_grad_params)`.
 template <std::size_t (*WorkspaceSize)(const TensorRef&, const TensorRef&, const HashGridConfig&,
                                        bool)>
@@ -107,8 +102,8 @@ void bind_hash_grid(nb::module_& m) {
                            make_config(n_levels, n_features_per_level, log2_hashmap_size,
                                        base_resolution, per_level_scale, interpolation),
                            to_tensor_ref(grad_out, op, "grad_out"),
-                           optional_ref(grad_x, op, "grad_x"),
-                           optional_ref(grad_params, op, "grad_params"), workspace.data(),
+                           to_tensor_ref(grad_x, op, "grad_x"),
+                           to_tensor_ref(grad_params, op, "grad_params"), workspace.data(),
                            workspace.nbytes(), to_stream(stream));
       },
       "x"_a.noconvert(), "params"_a.noconvert(), FF_HASH_GRID_CONFIG_ARGS, "grad_out"_a.noconvert(),
@@ -131,10 +126,10 @@ void bind_hash_grid(nb::module_& m) {
             to_tensor_ref(x, op, "x"), to_tensor_ref(params, op, "params"),
             make_config(n_levels, n_features_per_level, log2_hashmap_size, base_resolution,
                         per_level_scale, interpolation),
-            to_tensor_ref(grad_out, op, "grad_out"), optional_ref(grad_grad_x, op, "grad_grad_x"),
-            optional_ref(grad_grad_params, op, "grad_grad_params"),
-            optional_ref(grad_grad_out, op, "grad_grad_out"), optional_ref(grad_x, op, "grad_x"),
-            optional_ref(grad_params, op, "grad_params"), workspace.data(), workspace.nbytes(),
+            to_tensor_ref(grad_out, op, "grad_out"), to_tensor_ref(grad_grad_x, op, "grad_grad_x"),
+            to_tensor_ref(grad_grad_params, op, "grad_grad_params"),
+            to_tensor_ref(grad_grad_out, op, "grad_grad_out"), to_tensor_ref(grad_x, op, "grad_x"),
+            to_tensor_ref(grad_params, op, "grad_params"), workspace.data(), workspace.nbytes(),
             to_stream(stream));
       },
       "x"_a.noconvert(), "params"_a.noconvert(), FF_HASH_GRID_CONFIG_ARGS, "grad_out"_a.noconvert(),

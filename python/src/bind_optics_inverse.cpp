@@ -19,10 +19,6 @@ namespace {
 using Array = TensorArg;  // Note [DLPack exchange API]
 using OptionalArray = std::optional<Array>;
 
-TensorRef optional_ref(const OptionalArray& a, const char* op, const char* arg) {
-  return a ? to_tensor_ref(*a, op, arg) : TensorRef{};
-}
-
 }  // namespace
 
 void bind_optics_inverse(nb::module_& m) {
@@ -80,11 +76,11 @@ void bind_optics_inverse(nb::module_& m) {
         const TensorRef d = to_tensor_ref(data, op, "data"),
                         at = to_tensor_ref(absorption_tf, op, "absorption_tf"),
                         pt = to_tensor_ref(phase_tf, op, "phase_tf"),
-                        ga = optional_ref(grad_absorption, op, "grad_absorption"),
-                        gp = optional_ref(grad_phase, op, "grad_phase"),
-                        gd = optional_ref(grad_data, op, "grad_data"),
-                        gat = optional_ref(grad_absorption_tf, op, "grad_absorption_tf"),
-                        gpt = optional_ref(grad_phase_tf, op, "grad_phase_tf");
+                        ga = to_tensor_ref(grad_absorption, op, "grad_absorption"),
+                        gp = to_tensor_ref(grad_phase, op, "grad_phase"),
+                        gd = to_tensor_ref(grad_data, op, "grad_data"),
+                        gat = to_tensor_ref(grad_absorption_tf, op, "grad_absorption_tf"),
+                        gpt = to_tensor_ref(grad_phase_tf, op, "grad_phase_tf");
         nb::gil_scoped_release release;
         tikhonov_inverse_backward(d, at, pt, regularization, normalize, ga, gp, gd, gat, gpt,
                                   workspace.data(), workspace.nbytes(), to_stream(stream));
@@ -128,8 +124,8 @@ void bind_optics_inverse(nb::module_& m) {
         const TensorRef d = to_tensor_ref(data, op, "data"),
                         h = to_tensor_ref(transfer_function, op, "transfer_function"),
                         g = to_tensor_ref(grad_out, op, "grad_out"),
-                        gd = optional_ref(grad_data, op, "grad_data"),
-                        gh = optional_ref(grad_transfer_function, op, "grad_transfer_function");
+                        gd = to_tensor_ref(grad_data, op, "grad_data"),
+                        gh = to_tensor_ref(grad_transfer_function, op, "grad_transfer_function");
         nb::gil_scoped_release release;
         tikhonov_inverse_3d_backward(d, h, regularization, g, gd, gh, workspace.data(),
                                      workspace.nbytes(), to_stream(stream));

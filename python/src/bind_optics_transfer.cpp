@@ -35,10 +35,6 @@ MicroscopeSettings to_settings(const Settings& t) {
   return s;
 }
 
-TensorRef optional_ref(const OptionalArray& a, const char* op, const char* arg) {
-  return a ? to_tensor_ref(*a, op, arg) : TensorRef{};
-}
-
 ThinTransferInputs thin_inputs(const Array& z, const Array& zenith, const Array& azimuth,
                                const char* op) {
   return {to_tensor_ref(z, op, "z_positions"), to_tensor_ref(zenith, op, "zenith"),
@@ -95,11 +91,11 @@ void bind_optics_transfer(nb::module_& m) {
         const TensorRef gu = to_tensor_ref(grad_absorption_tf, op, "grad_absorption_tf");
         const TensorRef gp = to_tensor_ref(grad_phase_tf, op, "grad_phase_tf");
         ThinTransferGrads grads;
-        grads.z_positions = optional_ref(grad_z, op, "grads.z_positions");
-        grads.zenith = optional_ref(grad_zenith, op, "grads.zenith");
-        grads.azimuth = optional_ref(grad_azimuth, op, "grads.azimuth");
-        grads.na_illumination = optional_ref(grad_na_illumination, op, "grads.na_illumination");
-        grads.na_detection = optional_ref(grad_na_detection, op, "grads.na_detection");
+        grads.z_positions = to_tensor_ref(grad_z, op, "grads.z_positions");
+        grads.zenith = to_tensor_ref(grad_zenith, op, "grads.zenith");
+        grads.azimuth = to_tensor_ref(grad_azimuth, op, "grads.azimuth");
+        grads.na_illumination = to_tensor_ref(grad_na_illumination, op, "grads.na_illumination");
+        grads.na_detection = to_tensor_ref(grad_na_detection, op, "grads.na_detection");
         nb::gil_scoped_release release;
         thin_transfer_functions_backward(to_settings(s), in, gu, gp, grads, workspace.data(),
                                          workspace.nbytes(), to_stream(stream));
@@ -140,11 +136,11 @@ void bind_optics_transfer(nb::module_& m) {
          const Array& out_loss, const Array& out_iterations, std::uintptr_t stream) {
         constexpr const char* op = "optimize_tiles";
         const TensorRef t = to_tensor_ref(tiles, op, "tiles");
-        TileParameter z{optional_ref(std::get<0>(initial), op, "z_offset.initial"),
+        TileParameter z{to_tensor_ref(std::get<0>(initial), op, "z_offset.initial"),
                         std::get<0>(initial_values), std::get<0>(learning_rates)};
-        TileParameter zen{optional_ref(std::get<1>(initial), op, "zenith.initial"),
+        TileParameter zen{to_tensor_ref(std::get<1>(initial), op, "zenith.initial"),
                           std::get<1>(initial_values), std::get<1>(learning_rates)};
-        TileParameter azi{optional_ref(std::get<2>(initial), op, "azimuth.initial"),
+        TileParameter azi{to_tensor_ref(std::get<2>(initial), op, "azimuth.initial"),
                           std::get<2>(initial_values), std::get<2>(learning_rates)};
         TileOptimizerOptions o;
         o.method = static_cast<TileOptimizerMethod>(method);

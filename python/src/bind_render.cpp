@@ -19,10 +19,6 @@ namespace {
 using Array = TensorArg;  // Note [DLPack exchange API]
 using OptionalArray = std::optional<Array>;
 
-TensorRef ref(const OptionalArray& a, const char* op, const char* arg) {
-  return a ? to_tensor_ref(*a, op, arg) : TensorRef{};
-}
-
 /// The volume-render inputs; `first` is sigmas, or alphas for the alpha variant.
 VolumeRenderInputs render_inputs(const char* op, bool alpha_input, const Array& first,
                                  const Array& rgbs, const OptionalArray& delta_ts,
@@ -33,12 +29,12 @@ VolumeRenderInputs render_inputs(const char* op, bool alpha_input, const Array& 
   in.sigmas = to_tensor_ref(first, op, alpha_input ? "alphas" : "sigmas");
   in.alpha_input = alpha_input;
   in.rgbs = to_tensor_ref(rgbs, op, "rgbs");
-  in.delta_ts = ref(delta_ts, op, "delta_ts");
-  in.ts = ref(ts, op, "ts");
+  in.delta_ts = to_tensor_ref(delta_ts, op, "delta_ts");
+  in.ts = to_tensor_ref(ts, op, "ts");
   in.offsets = to_tensor_ref(offsets, op, "offsets");
   in.transmittance_thresh = transmittance_thresh;
-  in.background = ref(background, op, "background");
-  in.prefix_transmittance = ref(prefix_transmittance, op, "prefix_transmittance");
+  in.background = to_tensor_ref(background, op, "background");
+  in.prefix_transmittance = to_tensor_ref(prefix_transmittance, op, "prefix_transmittance");
   return in;
 }
 
@@ -49,12 +45,12 @@ void render_forward(const char* op, const VolumeRenderInputs& in, const Array& r
                     std::uintptr_t stream) {
   VolumeRenderOutputs out;
   out.rgb = to_tensor_ref(rgb, op, "rgb");
-  out.opacity = ref(opacity, op, "opacity");
-  out.depth = ref(depth, op, "depth");
-  out.weights = ref(weights, op, "weights");
-  out.total_samples = ref(total_samples, op, "total_samples");
-  out.transmittance = ref(transmittance, op, "transmittance");
-  out.ray_state = ref(ray_state, op, "ray_state");
+  out.opacity = to_tensor_ref(opacity, op, "opacity");
+  out.depth = to_tensor_ref(depth, op, "depth");
+  out.weights = to_tensor_ref(weights, op, "weights");
+  out.total_samples = to_tensor_ref(total_samples, op, "total_samples");
+  out.transmittance = to_tensor_ref(transmittance, op, "transmittance");
+  out.ray_state = to_tensor_ref(ray_state, op, "ray_state");
   nb::gil_scoped_release release;
   volume_render_forward(in, out, to_stream(stream));
 }
@@ -70,17 +66,18 @@ void render_backward(const char* op, const VolumeRenderInputs& in, const Array& 
                      const OptionalArray& grad_prefix_transmittance, std::uintptr_t stream) {
   VolumeRenderGradients g;
   g.grad_rgb = to_tensor_ref(grad_rgb, op, "grad_rgb");
-  g.grad_opacity = ref(grad_opacity, op, "grad_opacity");
-  g.grad_depth = ref(grad_depth, op, "grad_depth");
-  g.grad_weights = ref(grad_weights, op, "grad_weights");
-  g.grad_transmittance = ref(grad_transmittance, op, "grad_transmittance");
-  g.ray_state = ref(ray_state, op, "ray_state");
-  g.grad_sigmas = ref(grad_first, op, in.alpha_input ? "grad_alphas" : "grad_sigmas");
-  g.grad_rgbs = ref(grad_rgbs, op, "grad_rgbs");
-  g.grad_delta_ts = ref(grad_delta_ts, op, "grad_delta_ts");
-  g.grad_ts = ref(grad_ts, op, "grad_ts");
-  g.grad_background = ref(grad_background, op, "grad_background");
-  g.grad_prefix_transmittance = ref(grad_prefix_transmittance, op, "grad_prefix_transmittance");
+  g.grad_opacity = to_tensor_ref(grad_opacity, op, "grad_opacity");
+  g.grad_depth = to_tensor_ref(grad_depth, op, "grad_depth");
+  g.grad_weights = to_tensor_ref(grad_weights, op, "grad_weights");
+  g.grad_transmittance = to_tensor_ref(grad_transmittance, op, "grad_transmittance");
+  g.ray_state = to_tensor_ref(ray_state, op, "ray_state");
+  g.grad_sigmas = to_tensor_ref(grad_first, op, in.alpha_input ? "grad_alphas" : "grad_sigmas");
+  g.grad_rgbs = to_tensor_ref(grad_rgbs, op, "grad_rgbs");
+  g.grad_delta_ts = to_tensor_ref(grad_delta_ts, op, "grad_delta_ts");
+  g.grad_ts = to_tensor_ref(grad_ts, op, "grad_ts");
+  g.grad_background = to_tensor_ref(grad_background, op, "grad_background");
+  g.grad_prefix_transmittance =
+      to_tensor_ref(grad_prefix_transmittance, op, "grad_prefix_transmittance");
   nb::gil_scoped_release release;
   volume_render_backward(in, g, to_stream(stream));
 }
@@ -213,8 +210,8 @@ void bind_line_integral(nb::module_& m) {
                         d = to_tensor_ref(delta_ts, op, "delta_ts"),
                         o = to_tensor_ref(offsets, op, "offsets"),
                         g = to_tensor_ref(grad_out, op, "grad_out"),
-                        gv = ref(grad_values, op, "grad_values"),
-                        gd = ref(grad_delta_ts, op, "grad_delta_ts");
+                        gv = to_tensor_ref(grad_values, op, "grad_values"),
+                        gd = to_tensor_ref(grad_delta_ts, op, "grad_delta_ts");
         nb::gil_scoped_release release;
         line_integral_backward(v, d, o, g, gv, gd, to_stream(stream));
       },
@@ -264,9 +261,9 @@ void bind_ray_box_samples(nb::module_& m) {
                         d = to_tensor_ref(directions, op, "directions"),
                         off = to_tensor_ref(offsets, op, "offsets"),
                         gp = to_tensor_ref(grad_points, op, "grad_points"),
-                        gd = ref(grad_delta_ts, op, "grad_delta_ts"),
-                        go = ref(grad_origins, op, "grad_origins"),
-                        gdir = ref(grad_directions, op, "grad_directions");
+                        gd = to_tensor_ref(grad_delta_ts, op, "grad_delta_ts"),
+                        go = to_tensor_ref(grad_origins, op, "grad_origins"),
+                        gdir = to_tensor_ref(grad_directions, op, "grad_directions");
         nb::gil_scoped_release release;
         ray_box_samples_backward(o, d, ds, off, gp, gd, go, gdir, to_stream(stream));
       },
@@ -297,9 +294,9 @@ void bind_ray_box_samples(nb::module_& m) {
         const TensorRef o = to_tensor_ref(origins, op, "origins"),
                         d = to_tensor_ref(directions, op, "directions"),
                         gp = to_tensor_ref(grad_points, op, "grad_points"),
-                        gd = ref(grad_delta_ts, op, "grad_delta_ts"),
-                        go = ref(grad_origins, op, "grad_origins"),
-                        gdir = ref(grad_directions, op, "grad_directions");
+                        gd = to_tensor_ref(grad_delta_ts, op, "grad_delta_ts"),
+                        go = to_tensor_ref(grad_origins, op, "grad_origins"),
+                        gdir = to_tensor_ref(grad_directions, op, "grad_directions");
         nb::gil_scoped_release release;
         ray_box_samples_padded_backward(o, d, ds, gp, gd, go, gdir, to_stream(stream));
       },

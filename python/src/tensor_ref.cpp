@@ -11,10 +11,12 @@ namespace fieldfuse::python {
 namespace {
 
 [[noreturn]] void unsupported(const char* op, const char* arg, const std::string& what) {
-  throw Error(ErrorKind::Type, std::string(op) + "(): expected " + arg +
-                                   " to be a tensor of a supported dtype (float16, bfloat16, float32, float64, "
-                                   "int32, int64, uint8, bool, complex64 or complex128) on cpu or cuda, but it has " +
-                                   what);
+  throw Error(
+      ErrorKind::Type,
+      std::string(op) + "(): expected " + arg +
+          " to be a tensor of a supported dtype (float16, bfloat16, float32, float64, "
+          "int32, int64, uint8, bool, complex64 or complex128) on cpu or cuda, but it has " +
+          what);
 }
 
 std::optional<DType> dtype_of(nb::dlpack::dtype d) {

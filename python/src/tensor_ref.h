@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "fieldfuse/core.h"
 #include "tensor_arg.h"
@@ -22,6 +23,13 @@ TensorRef to_tensor_ref(const TensorArg& array, const char* op, const char* list
 
 /// A CUDA stream handle from the integer PyTorch reports
 /// (`torch.cuda.current_stream().cuda_stream`).
+/// An optional tensor argument: None (absent) becomes a default-constructed TensorRef, which the
+/// fronts read as "not given".
+inline TensorRef to_tensor_ref(const std::optional<TensorArg>& array, const char* op,
+                               const char* arg) {
+  return array ? to_tensor_ref(*array, op, arg) : TensorRef{};
+}
+
 inline Stream to_stream(std::uintptr_t handle) { return Stream{reinterpret_cast<void*>(handle)}; }
 
 }  // namespace fieldfuse::python
