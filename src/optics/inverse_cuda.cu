@@ -46,7 +46,7 @@ constexpr int kFilterFrequencies = 32, kFilterGroups = kThreads / kFilterFrequen
 constexpr int kFilterCached = 4;  ///< slices per thread kept in registers (Z <= 32 read once)
 
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     tikhonov_filter_kernel(View hu, View hp, Shape s, T lambda, Cx<T>* out) {
   __shared__ T partial[4][kFilterGroups][kFilterFrequencies];
   const int lane = threadIdx.x % kFilterFrequencies, group = threadIdx.x / kFilterFrequencies;
