@@ -40,7 +40,8 @@ class Settings {
   void list(const std::string& key, const std::vector<std::string>& items) {
     std::string joined;
     for (const std::string& item : items) joined += (joined.empty() ? "" : ",") + item;
-    value(key, joined);
+    add(key, joined, false, false);
+    settings_.back().list = true;
   }
   [[noreturn]] void wrong_item(const std::string& key, const std::string& item_type) const {
     throw input_error(where(key) + ": expected an array of strings, got an element of type " +

@@ -17,6 +17,7 @@ struct ConfigSetting {
   std::string value;
   bool boolean = false;  ///< given as true or false (only switches take these)
   bool on = false;       ///< the boolean's value; false leaves the switch's default
+  bool list = false;     ///< given as an array (only list flags take these)
 };
 
 /// Reads `path` (flag `--config`): by its extension a JSON object (.json), a TOML table (.toml) or

@@ -70,6 +70,8 @@ const std::vector<const char*> kEmbeddedFlags = {"--size", "--noise", "--seed"};
 const std::vector<const char*> kRequiredWithInput = {
     "--pixel-size", "--wavelength", "--na-illumination", "--na-detection", "--z-spacing"};
 // Flags a settings file may not give: where the data and the results are is the command line's.
+// Flags whose value is a comma-separated list, which a settings file may give as an array.
+const std::vector<const char*> kListFlags = {"--optimize"};
 const std::vector<const char*> kCommandLineOnly = {
     "--input", "--config", "--output", "--png", "--absorption", "--parameter-maps", "--report"};
 
@@ -312,6 +314,9 @@ std::set<std::string> apply_config(const CLI::App& command, PhaseOptions& option
       throw input_error(where + (is_switch
                                      ? ": expected true or false"
                                      : ": expected a value, " + std::string("got a boolean")));
+    }
+    if (setting.list && !in(kListFlags, flag->name)) {
+      throw input_error(where + ": expected a single value, got an array");
     }
     given.insert(flag->name);
     if (command.count(flag->name) > 0) continue;  // the command line wins
