@@ -31,6 +31,9 @@ compgen -G '/usr/include/*tiffio.h' >/dev/null || compgen -G '/usr/include/*/tif
   need+=(libtiff-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
+# `fieldfuse phase --config` reads TOML (toml++ v3, MIT) and YAML (yaml-cpp, MIT) besides JSON.
+[ -f /usr/include/toml++/toml.h ] || need+=(libtomlplusplus-dev)
+[ -f /usr/include/yaml-cpp/yaml.h ] || need+=(libyaml-cpp-dev)
 command -v tiffcp >/dev/null || need+=(libtiff-tools)
 # FBP's CPU FFT (KissFFT, BSD-3-Clause; float32), found by find_package(kissfft CONFIG).
 [ -f /usr/include/kissfft/kiss_fftr.h ] || need+=(libkissfft-dev)

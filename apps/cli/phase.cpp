@@ -140,8 +140,10 @@ void print_summary(const PhaseRecord& record) {
         "(%lld tiles)\n",
         r.z_offset_rms_slices, r.zenith_rms_degrees, r.azimuth_rms_degrees,
         static_cast<long long>(r.azimuth_tiles));
-    std::printf("phase: correlation %.4f with the truth (%.4f at the start), RMSE %.4f rad\n",
-                r.phase_correlation, r.start_phase_correlation, r.phase_rmse);
+    std::printf(
+        "phase: correlation %.4f with the truth (%.4f without optimising, %.4f at the true "
+        "parameters), RMSE %.4f rad\n",
+        r.phase_correlation, r.start_phase_correlation, r.truth_phase_correlation, r.phase_rmse);
   }
 }
 
@@ -200,7 +202,7 @@ int run_phase(const PhaseOptions& options) {
   const TileParameters truth = embedded ? simulated_parameters(grid) : TileParameters();
   TileParameters found = initial;
   const TileOptimization request = optimization_request(options);
-  TileBlender phase_blend(grid), absorption_blend(grid), start_blend(grid);
+  TileBlender phase_blend(grid), absorption_blend(grid), start_blend(grid), truth_blend(grid);
   const bool score_start = embedded && options.optimizes();
   const std::int64_t batch = options.batch > 0 ? options.batch : grid.count();
   const std::int64_t t = grid.tile;
@@ -233,12 +235,17 @@ int run_phase(const PhaseOptions& options) {
       absorption_blend.add(first + k, absorption.data() + k * t * t);
     }
     record.seconds.blend += seconds_since(phase);
-    if (score_start) {
-      // The same reconstruction at the starting parameters: what the optimisation bought.
-      engine.reconstruct(tiles.data(), start_part, options.regularization, absorption.data(),
-                         phase_tiles.data());
-      for (std::int64_t k = 0; k < count; ++k)
-        start_blend.add(first + k, phase_tiles.data() + k * t * t);
+    if (embedded) {
+      // The same reconstruction at the starting and at the true parameters: what the
+      // optimisation bought, and what it could have.
+      const auto blend_at = [&](const TileParameters& parameters, TileBlender& blend) {
+        engine.reconstruct(tiles.data(), parameters, options.regularization, absorption.data(),
+                           phase_tiles.data());
+        for (std::int64_t k = 0; k < count; ++k)
+          blend.add(first + k, phase_tiles.data() + k * t * t);
+      };
+      if (score_start) blend_at(start_part, start_blend);
+      blend_at(truth.slice(first, count), truth_blend);
     }
     ++record.batches;
   }
@@ -249,8 +256,10 @@ int run_phase(const PhaseOptions& options) {
   record.parameters = &found;
   if (embedded) {
     record.has_recovery = true;
-    record.recovery = score_recovery(truth, found, field.truth_phase, phase_image,
-                                     score_start ? start_blend.image() : phase_image);
+    const std::vector<float> start_image = score_start ? start_blend.image() : phase_image;
+    const std::vector<float> truth_image = truth_blend.image();
+    record.recovery =
+        score_recovery(truth, found, field.truth_phase, {phase_image, start_image, truth_image});
   }
 
   // Every output lands together or not at all (Note [atomic outputs]).

@@ -21,7 +21,7 @@ namespace fieldfuse::cli {
 struct PhaseOptions : RunOptions {
   // Input and output.
   std::string input;           ///< defocus stack [Z, Y, X]; "" = the embedded default
-  std::string config;          ///< settings file (.json)
+  std::string config;          ///< settings file (.json, .toml, .yaml, .yml)
   std::string png;             ///< preview
   std::string absorption;      ///< absorption image
   std::string parameter_maps;  ///< prefix of the per-tile maps
@@ -36,7 +36,7 @@ struct PhaseOptions : RunOptions {
   std::int64_t batch = 0;  ///< tiles per library call; 0 = all at once
   // Per-tile optimisation: which parameters, how, and where each starts (degrees for the angles).
   bool optimize_z = false, optimize_zenith = false, optimize_azimuth = false;
-  fieldfuse::TileOptimizerMethod method = fieldfuse::TileOptimizerMethod::NAdam;
+  fieldfuse::TileOptimizerMethod method = fieldfuse::TileOptimizerMethod::Newton;
   double lr_z = 0.0, lr_zenith = 0.0, lr_azimuth = 0.0;  ///< slices, degrees, degrees
   double z_offset = 0.0, zenith = 0.0, azimuth = 0.0;    ///< slices, degrees, degrees
   // Embedded default.
@@ -57,7 +57,9 @@ CLI::App* add_phase_command(CLI::App& app, PhaseOptions& options);
 /// After parsing: rejects leftovers, applies the --config file to every flag the command line did
 /// not give (an unknown key or a bad value is an input error naming the file and the key), rejects
 /// flags of the other kind of run and missing microscope settings, and checks tile against
-/// overlap, NAs against the medium and, for the embedded default, the tile against --size.
+/// overlap, NAs against the medium and, for the embedded default, the tile against --size. Fills
+/// the defaults that depend on the run: the embedded default's microscope and tile layout, and
+/// each learning rate the method's own unless given.
 void finish_phase_options(const CLI::App& command, PhaseOptions& options);
 
 /// Parses the arguments after `phase` (tests): add, parse, finish.

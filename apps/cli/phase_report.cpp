@@ -69,7 +69,8 @@ std::string phase_report_json(const PhaseRecord& record) {
     input["simulation"] = {
         {"kind",
          "Gaussian blobs of phase; each tile imaged through the thin forward model at its "
-         "own focus offset and tilt"},
+         "own focus offset and tilt, with the transfer functions of azimuth + 180 degrees "
+         "(the conjugates, which the unconjugated inverse undoes at the true parameters)"},
         {"size", o.size},
         {"slices", kSimulatedSlices},
         {"z_ramp_slices", kSimulatedZRamp},
@@ -114,7 +115,8 @@ std::string phase_report_json(const PhaseRecord& record) {
                           {"azimuth_tiles", r.azimuth_tiles},
                           {"phase_correlation", r.phase_correlation},
                           {"phase_rmse_radians", r.phase_rmse},
-                          {"phase_correlation_at_start", r.start_phase_correlation}};
+                          {"phase_correlation_at_start", r.start_phase_correlation},
+                          {"phase_correlation_at_truth", r.truth_phase_correlation}};
   } else {
     report["recovery"] = nullptr;
   }

@@ -87,8 +87,11 @@ void simulate_tiles(PhaseEngine& engine, const TileGrid& grid, const std::vector
   std::vector<float> phase_tiles(static_cast<std::size_t>(count * t * t));
   cut_tiles(phase.data(), 1, grid, first, count, phase_tiles.data());
   const std::vector<float> absorption(phase_tiles.size(), 0.0f);
-  engine.simulate(absorption.data(), phase_tiles.data(), truth.slice(first, count), kBackground,
-                  stacks);
+  // Azimuth + pi: the conjugated transfer functions, which the unconjugated inverse undoes exactly
+  // at the true parameters (see the header).
+  TileParameters imaged = truth.slice(first, count);
+  for (float& azimuth : imaged.azimuth) azimuth = static_cast<float>(azimuth + kPi);
+  engine.simulate(absorption.data(), phase_tiles.data(), imaged, kBackground, stacks);
   if (noise <= 0.0) return;
   Volume stack(kSimulatedSlices, t, t);
   for (std::int64_t k = 0; k < count; ++k) {
@@ -147,8 +150,8 @@ double correlation(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 PhaseRecovery score_recovery(const TileParameters& truth, const TileParameters& found,
-                             const std::vector<float>& truth_phase, const std::vector<float>& phase,
-                             const std::vector<float>& start_phase) {
+                             const std::vector<float>& truth_phase, const PhaseImages& images) {
+  const std::vector<float>& phase = images.found;
   const TileParameters t = with_positive_zenith(truth), f = with_positive_zenith(found);
   const double degrees = 180.0 / kPi;
   const double max_zenith = *std::max_element(t.zenith.begin(), t.zenith.end());
@@ -168,7 +171,8 @@ PhaseRecovery score_recovery(const TileParameters& truth, const TileParameters& 
   r.azimuth_rms_degrees =
       r.azimuth_tiles > 0 ? std::sqrt(azimuth / static_cast<double>(r.azimuth_tiles)) : 0.0;
   r.phase_correlation = correlation(phase, truth_phase);
-  r.start_phase_correlation = correlation(start_phase, truth_phase);
+  r.start_phase_correlation = correlation(images.start, truth_phase);
+  r.truth_phase_correlation = correlation(images.at_truth, truth_phase);
   const double mean_p = mean_of(phase), mean_t = mean_of(truth_phase);
   double squared = 0.0;
   for (std::size_t i = 0; i < phase.size(); ++i) {

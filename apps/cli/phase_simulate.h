@@ -11,11 +11,14 @@
 
 namespace fieldfuse::cli {
 
-/// Largest simulated tilt, at the tile farthest from the field's centre: a few degrees, as a
-/// slightly misaligned condenser gives, well inside the 0.4 NA illumination cone (23.6 degrees).
-constexpr double kSimulatedMaxZenithDegrees = 6.0;
-/// The simulated focus offset runs linearly across x from -this to +this (slices).
-constexpr double kSimulatedZRamp = 0.5;
+/// Largest simulated tilt, at the tile farthest from the field's centre: a misaligned condenser,
+/// inside the 0.4 NA illumination cone (23.6 degrees), large enough that reconstructing without
+/// the tilt visibly hurts the phase (correlation 0.90 instead of 0.95).
+constexpr double kSimulatedMaxZenithDegrees = 15.0;
+/// The simulated focus offset runs linearly across x from -this to +this (slices) at the field's
+/// edges (the outer tile centres of the default layout sit at +-0.56): inside the +-0.5-0.75 slice
+/// around a start at 0 from which the mid-band criterion leads to the true focus.
+constexpr double kSimulatedZRamp = 0.75;
 /// Slices of the simulated stacks (the production Z).
 constexpr std::int64_t kSimulatedSlices = 7;
 
@@ -32,7 +35,11 @@ TileParameters simulated_parameters(const TileGrid& grid);
 
 /// The defocus stacks [count, kSimulatedSlices, tile, tile] of tiles [first, first + count): each
 /// tile of `phase` (no absorption) imaged through the thin forward model at its own `truth`
-/// parameters over a background of 1, plus Gaussian noise of sigma `noise` seeded per tile.
+/// parameters over a background of 1, plus Gaussian noise of sigma `noise` seeded per tile. The
+/// transfer functions are those of azimuth + pi, the conjugates of the truth's (M(phi + pi) =
+/// conj(M(phi)) exactly): the 2-D inverse applies its filter unconjugated (waveorder's
+/// convention), so these stacks are inverted exactly at the true parameters, which is then
+/// where the optimiser should land.
 void simulate_tiles(PhaseEngine& engine, const TileGrid& grid, const std::vector<float>& phase,
                     const TileParameters& truth, std::int64_t first, std::int64_t count,
                     double noise, std::uint64_t seed, float* stacks);
@@ -54,16 +61,23 @@ struct PhaseRecovery {
   /// see (radians).
   double phase_rmse = 0.0;
   double start_phase_correlation = 0.0;  ///< the same, reconstructed at the starting parameters
+  double truth_phase_correlation = 0.0;  ///< the same, reconstructed at the true parameters
 };
 
 /// Parameters with zenith >= 0: a negative zenith is the same tilt at the opposite azimuth. The
 /// azimuth is wrapped to (-pi, pi].
 TileParameters with_positive_zenith(const TileParameters& parameters);
 
-/// Scores `found` against `truth` and the blended `phase` against `truth_phase`.
+/// The blended phase images of one run: at the found, the starting and the true parameters.
+struct PhaseImages {
+  const std::vector<float>& found;
+  const std::vector<float>& start;
+  const std::vector<float>& at_truth;
+};
+
+/// Scores `found` against `truth` and the blended phase images against `truth_phase`.
 PhaseRecovery score_recovery(const TileParameters& truth, const TileParameters& found,
-                             const std::vector<float>& truth_phase, const std::vector<float>& phase,
-                             const std::vector<float>& start_phase);
+                             const std::vector<float>& truth_phase, const PhaseImages& images);
 
 /// Pearson correlation of two images of the same size (0 when either is constant).
 double correlation(const std::vector<float>& a, const std::vector<float>& b);

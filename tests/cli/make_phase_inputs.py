@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Writes the inputs of the `fieldfuse phase` tests with the standard library only: a defocus stack
-[5, 75, 91] (odd sizes) as .npy and as raw float32 pages for raw2tiff, and settings files."""
+[5, 75, 91] (odd sizes) as .npy and as raw float32 pages for raw2tiff, and settings files (JSON,
+TOML, YAML: the same microscope, tile 48 and overlap 8, written by hand for the last two)."""
 import json
 import math
 import struct
@@ -30,6 +31,14 @@ def main(out: Path) -> None:
                   "na_detection": 0.55, "z_spacing": 0.4}
     (out / "phase_settings.json").write_text(json.dumps({**microscope, "tile": 48, "overlap": 8}))
     (out / "phase_unknown_key.json").write_text(json.dumps({**microscope, "pixel_sise": 0.1}))
+    toml = "".join(f"{key} = {value}\n" for key, value in microscope.items())
+    (out / "phase_settings.toml").write_text(f"# a comment\n{toml}tile = 48\noverlap = 8\n"
+                                             'optimize = ["z"]\nmethod = "nadam"\n')
+    (out / "phase_unknown_key.toml").write_text(f"{toml}tiles = 48\n")
+    yaml = "".join(f"{key}: {value}\n" for key, value in microscope.items())
+    (out / "phase_settings.yaml").write_text(f"# a comment\n{yaml}tile: 48\noverlap: 8\n"
+                                             "optimize: [z, zenith]\ninvert_phase_contrast: true\n")
+    (out / "phase_wrong_type.yaml").write_text(f"{yaml}tile: [48]\n")
 
 
 if __name__ == "__main__":

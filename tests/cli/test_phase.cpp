@@ -3,6 +3,7 @@
 // settings file, and the report.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -103,14 +104,34 @@ TEST(PhaseOptions, TheEmbeddedDefaultOptimisesEverythingOnItsMicroscope) {
   const PhaseOptions o = parse_phase_options({});
   EXPECT_TRUE(o.input.empty());
   EXPECT_TRUE(o.optimize_z && o.optimize_zenith && o.optimize_azimuth);
-  EXPECT_EQ(o.method, fieldfuse::TileOptimizerMethod::NAdam);
-  EXPECT_EQ(o.tile, 128);
-  EXPECT_EQ(o.overlap, 16);
-  EXPECT_EQ(o.size, 512);
+  EXPECT_EQ(o.method, fieldfuse::TileOptimizerMethod::Newton);
+  EXPECT_EQ(o.iterations, 20);
+  EXPECT_EQ(o.tile, 64);
+  EXPECT_EQ(o.overlap, 8);
+  EXPECT_EQ(o.size, 256);
   EXPECT_DOUBLE_EQ(o.microscope.pixel_size, 0.1);
   EXPECT_DOUBLE_EQ(o.microscope.na_detection, 0.55);
-  EXPECT_DOUBLE_EQ(o.z_spacing, 0.4);
+  EXPECT_DOUBLE_EQ(o.z_spacing, 1.5);
   EXPECT_DOUBLE_EQ(o.regularization, 1e-3);
+  // Newton's rates: step caps of 0.2 slice, 2 and 10 degrees.
+  EXPECT_DOUBLE_EQ(o.lr_z, 0.2);
+  EXPECT_DOUBLE_EQ(o.lr_zenith, 2.0);
+  EXPECT_DOUBLE_EQ(o.lr_azimuth, 10.0);
+}
+
+TEST(PhaseOptions, LearningRatesDefaultPerMethodUnlessGiven) {
+  for (const char* method : {"adam", "nadam"}) {
+    const PhaseOptions o = parse_phase_options({"--method", method, "--lr-zenith", "0.25"});
+    EXPECT_DOUBLE_EQ(o.lr_z, 0.05) << method;
+    EXPECT_DOUBLE_EQ(o.lr_zenith, 0.25) << method;
+    EXPECT_DOUBLE_EQ(o.lr_azimuth, 5.0) << method;
+  }
+  const PhaseOptions file = parse_phase_options({"--input", "s.npy", "--pixel-size", "0.1",
+                                                 "--wavelength", "0.5", "--na-illumination", "0.3",
+                                                 "--na-detection", "0.5", "--z-spacing", "1"});
+  EXPECT_EQ(file.tile, 128);  // file runs keep the production layout
+  EXPECT_EQ(file.overlap, 16);
+  EXPECT_DOUBLE_EQ(file.lr_z, 0.2);
 }
 
 TEST(PhaseOptions, AFileRunTakesEveryValueAndOptimisesOnlyWhatItIsTold) {
@@ -164,8 +185,8 @@ TEST(PhaseOptions, BadFlagsAreUsageErrorsNamingThem) {
             "--method must be one of adam, nadam, newton, got 'sgd'");
   EXPECT_EQ(usage_error_of({"--tile", "64", "--overlap", "64"}),
             "--overlap 64 must be smaller than --tile 64");
-  EXPECT_EQ(usage_error_of({"--size", "100"}),
-            "--tile 128 is larger than the simulated field (--size 100)");
+  EXPECT_EQ(usage_error_of({"--size", "60"}),
+            "--tile 64 is larger than the simulated field (--size 60)");
   EXPECT_EQ(usage_error_of({"--na-detection", "1.2"}),
             "--na-detection 1.2 must be below --index-medium 1");
   EXPECT_EQ(usage_error_of({"--pixel-size", "0"}), "--pixel-size must be > 0, got 0");
@@ -236,10 +257,106 @@ TEST_F(PhaseConfig, BadFilesAreInputErrorsNamingTheKey) {
   EXPECT_EQ(input_error_of(write("c.json", "[1, 2]")),
             "--config '" + name + "': expected a JSON object of settings, got a array");
   EXPECT_NE(input_error_of(write("c.json", "{")).find("not valid JSON"), std::string::npos);
-  EXPECT_EQ(input_error_of(write("c.toml", "tile = 4")),
-            "--config '" + path("c.toml") +
-                "': unsupported settings file type '.toml' (expected "
-                ".json)");
+  EXPECT_EQ(input_error_of(write("c.json", R"({"tile": ["48"]})")),
+            "--config '" + name + "', key 'tile': expected a single value, got an array");
+  EXPECT_EQ(input_error_of(write("c.json", R"({"pixel_size": 0.1, "pixel-size": 0.2})")),
+            "--config '" + name + "', key 'pixel_size': --pixel-size is given twice in the file");
+  EXPECT_EQ(input_error_of(write("c.ini", "tile = 4")),
+            "--config '" + path("c.ini") +
+                "': unsupported settings file type '.ini' (expected .json, .toml, .yaml or .yml)");
+}
+
+// One schema for all three formats: the same settings give the same options.
+TEST_F(PhaseConfig, TomlAndYamlReadLikeJson) {
+  const std::vector<std::string> flags = {"--input", "s.npy", "--tile", "64"};
+  const auto parse = [&](const std::string& config) {
+    std::vector<std::string> args = flags;
+    args.insert(args.end(), {"--config", config});
+    return parse_phase_options(args);
+  };
+  const PhaseOptions toml = parse(write("s.toml", R"(# microscope
+pixel_size = 0.2
+wavelength = 0.45
+na-illumination = 0.3
+na_detection = 0.6
+z_spacing = 1
+tile = 96
+optimize = ["zenith", "z"]
+invert_phase_contrast = true
+method = "adam"
+)"));
+  const PhaseOptions yaml = parse(write("s.yml", R"(# microscope
+pixel_size: 0.2
+wavelength: 0.45
+na-illumination: 0.3
+na_detection: 0.6
+z_spacing: 1
+tile: 96
+optimize:
+  - zenith
+  - z
+invert_phase_contrast: true
+method: adam
+)"));
+  for (const PhaseOptions* o : {&toml, &yaml}) {
+    EXPECT_DOUBLE_EQ(o->microscope.pixel_size, 0.2);
+    EXPECT_DOUBLE_EQ(o->microscope.wavelength, 0.45);
+    EXPECT_DOUBLE_EQ(o->microscope.na_illumination, 0.3);
+    EXPECT_DOUBLE_EQ(o->z_spacing, 1.0);
+    EXPECT_EQ(o->tile, 64);  // the command line wins
+    EXPECT_TRUE(o->optimize_zenith && o->optimize_z && !o->optimize_azimuth);
+    EXPECT_TRUE(o->microscope.invert_phase_contrast);
+    EXPECT_EQ(o->method, fieldfuse::TileOptimizerMethod::Adam);
+    EXPECT_DOUBLE_EQ(o->lr_z, 0.05);  // Adam's default rate
+  }
+  // A switch set to false leaves it off.
+  EXPECT_FALSE(parse(write("f.yaml",
+                           "pixel_size: 0.1\nwavelength: 0.5\nna_illumination: 0.3\n"
+                           "na_detection: 0.5\nz_spacing: 1\n"
+                           "invert_phase_contrast: false\n"))
+                   .microscope.invert_phase_contrast);
+}
+
+TEST_F(PhaseConfig, BadTomlAndYamlAreInputErrorsNamingTheKey) {
+  const std::string any_value =
+      "expected a number, a string, a boolean or an array of strings, got ";
+  // {file, text, what the message says after "--config 'PATH'"}.
+  const std::vector<std::array<std::string, 3>> cases = {
+      {"c.toml", "pixel_sise = 0.1",
+       ", key 'pixel_sise': unknown setting (the keys are flag names without the dashes; see "
+       "'fieldfuse phase --help')"},
+      {"c.toml", "tile = 4.5", ", key 'tile': --tile expects a whole number, got '4.5'"},
+      {"c.toml", "tile = true", ", key 'tile': expected a value, got a boolean"},
+      {"c.toml", "invert_phase_contrast = \"yes\"",
+       ", key 'invert_phase_contrast': expected true or false"},
+      {"c.toml", "optimize = [\"z\", 1]",
+       ", key 'optimize': expected an array of strings, got an element of type integer"},
+      {"c.toml", "[microscope]\npixel_size = 0.1", ", key 'microscope': " + any_value + "table"},
+      {"c.toml", "seed = 1979-05-27", ", key 'seed': " + any_value + "date"},
+      {"c.toml", "tile = 48\ntile = 64", ": not valid TOML (line 2"},
+      {"c.yaml", "pixel_sise: 0.1", ", key 'pixel_sise': unknown setting"},
+      {"c.yaml", "tile: sixty-four",
+       ", key 'tile': --tile expects a whole number, got 'sixty-four'"},
+      {"c.yaml", "tile:", ", key 'tile': " + any_value + "null"},
+      {"c.yaml", "tile: {a: 1}", ", key 'tile': " + any_value + "mapping"},
+      // YAML 1.2: only a plain true/false is a boolean; yes and a quoted "true" are text.
+      {"c.yaml", "invert_phase_contrast: yes",
+       ", key 'invert_phase_contrast': expected true or false"},
+      {"c.yaml", "invert_phase_contrast: \"true\"",
+       ", key 'invert_phase_contrast': expected true or false"},
+      {"c.yaml", "optimize: [z, [zenith]]",
+       ", key 'optimize': expected an array of strings, got an element of type sequence"},
+      {"c.yaml", "tile: [48]", ", key 'tile': expected a single value, got an array"},
+      {"c.yaml", "- tile\n- 48", ": expected a YAML mapping of settings, got a sequence"},
+      {"c.yaml", "tile: [48", ": not valid YAML ("},
+      {"c.yaml", "pixel_size: 0.1\npixel-size: 0.2",
+       ", key 'pixel-size': --pixel-size is given twice in the file"},
+  };
+  for (const auto& [file, text, message] : cases) {
+    const std::string expected = "--config '" + path(file) + "'" + message;
+    // Messages that quote a parser's own words are checked up to them.
+    EXPECT_EQ(input_error_of(write(file, text)).substr(0, expected.size()), expected) << text;
+  }
 }
 
 TEST(PhaseReport, IsValidJsonWithTheRecoveryWhereReadersLook) {
@@ -263,7 +380,7 @@ TEST(PhaseReport, IsValidJsonWithTheRecoveryWhereReadersLook) {
   // Reported with zenith >= 0: -0.1 rad at azimuth 0 is 5.73 degrees at 180.
   EXPECT_NEAR(report["per_tile"]["zenith_degrees"]["mean"].get<double>(), 5.7296, 1e-3);
   EXPECT_NEAR(std::abs(report["per_tile"]["azimuth_degrees"]["mean"].get<double>()), 180.0, 1e-3);
-  EXPECT_EQ(report["settings"]["optimize"]["method"], "nadam");
+  EXPECT_EQ(report["settings"]["optimize"]["method"], "newton");
 }
 
 }  // namespace
