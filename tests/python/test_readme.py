@@ -14,7 +14,8 @@ MARKER = "# doc-example"
 # Every page that documents Python must keep at least one runnable example; a page added to docs/
 # has its marked blocks run without being listed here.
 MUST_HAVE_EXAMPLES = ("README.md", "docs/tv.md", "docs/kplanes.md", "docs/render.md",
-                      "docs/hash_grid.md", "docs/mlp.md", "docs/optim.md", "docs/project.md")
+                      "docs/hash_grid.md", "docs/mlp.md", "docs/optim.md", "docs/project.md",
+                      "docs/optics.md")
 PAGES = sorted({ROOT / name for name in MUST_HAVE_EXAMPLES} | set((ROOT / "docs").glob("*.md")))
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
