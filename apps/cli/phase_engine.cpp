@@ -110,9 +110,12 @@ TileParameters PhaseEngine::optimize(const float* tiles, const TileParameters& s
       ref(out_z, DType::Float32, {count}), ref(out_zenith, DType::Float32, {count}),
       ref(out_azimuth, DType::Float32, {count}), ref(out_loss, DType::Float32, {count}),
       ref(out_iterations, DType::Int32, {count})};
+  fieldfuse::TileParameterSet parameters;
+  parameters.z_offset = z;
+  parameters.zenith = zenith;
+  parameters.azimuth = azimuth;
   fieldfuse::optimize_tiles(ref(data, DType::Float32, {count, slices_, tile_, tile_}), microscope_,
-                            z_spacing_, z, zenith, azimuth, request.options, result,
-                            backend_.stream());
+                            z_spacing_, parameters, request.options, result, backend_.stream());
   TileParameters found(count, 0.0, 0.0, 0.0);
   const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
   backend_.download(found.z_offset.data(), out_z.data(), bytes);

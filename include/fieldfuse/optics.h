@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "fieldfuse/core.h"
 
@@ -29,12 +30,12 @@ namespace fieldfuse {
 
 /// The microscope, shared by every tile of a call.
 struct MicroscopeSettings {
-  double pixel_size = 0.0;       ///< transverse object-space pixel size (> 0)
-  double wavelength = 0.0;       ///< vacuum illumination wavelength λ (> 0)
-  double index_medium = 1.0;     ///< refractive index n of the medium (> 0)
-  double na_illumination = 0.0;  ///< NAi, >= 0 (the thin model clamps NAi >= NAd to 0.9·NAd)
-  double na_detection = 0.0;     ///< NAd, > 0 and < n
-  double pupil_steepness = 1e4;  ///< s in P(f) = σ(s·(NAd/λ − |f|)); 1e4 nearly binary
+  double pixel_size = 0.0;             ///< transverse object-space pixel size (> 0)
+  double wavelength = 0.0;             ///< vacuum illumination wavelength λ (> 0)
+  double index_medium = 1.0;           ///< refractive index n of the medium (> 0)
+  double na_illumination = 0.0;        ///< NAi, >= 0 (the thin model clamps NAi >= NAd to 0.9·NAd)
+  double na_detection = 0.0;           ///< NAd, > 0 and < n
+  double pupil_steepness = 1e4;        ///< s in P(f) = σ(s·(NAd/λ − |f|)); 1e4 nearly binary
   bool invert_phase_contrast = false;  ///< negates z (thin) or flips the z list (thick)
 };
 
@@ -195,11 +196,12 @@ void tikhonov_inverse_3d(const TensorRef& data, const TensorRef& transfer_functi
 /// Adjoint of `tikhonov_inverse_3d` with respect to data and the transfer function.
 void tikhonov_inverse_3d_backward(const TensorRef& data, const TensorRef& transfer_function,
                                   double regularization, const TensorRef& grad_out,
-                                  const TensorRef& grad_data, const TensorRef& grad_transfer_function,
-                                  void* workspace, std::size_t workspace_bytes, Stream stream = {});
+                                  const TensorRef& grad_data,
+                                  const TensorRef& grad_transfer_function, void* workspace,
+                                  std::size_t workspace_bytes, Stream stream = {});
 
 std::size_t thin_forward_model_workspace_size(const TensorRef& absorption,
-                                             const TensorRef& absorption_tf);
+                                              const TensorRef& absorption_tf);
 
 /// The thin forward model (waveorder's apply_transfer_function): data_z =
 /// real(IFFT2[FFT2[a]·Hu_z]) + real(IFFT2[FFT2[p]·Hp_z]) + background. absorption, phase [B, Y, X]
@@ -252,8 +254,8 @@ struct TileParameter {
 
 struct TileOptimizerOptions {
   TileOptimizerMethod method = TileOptimizerMethod::NAdam;
-  int iterations = 50;            ///< >= 0
-  double regularization = 1e-3;   ///< λ of the Tikhonov inverse
+  int iterations = 50;           ///< >= 0
+  double regularization = 1e-3;  ///< λ of the Tikhonov inverse
   MidbandBand band{};
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< Adam / NAdam
   double momentum_decay = 4e-3;                   ///< NAdam's ψ (PyTorch's default)
@@ -263,22 +265,35 @@ struct TileOptimizerOptions {
   int patience = 3;
 };
 
+/// Every optimisable parameter of a tile. The apertures are optional: left as they are, they stay
+/// at the microscope's settings (initial_value NaN means "the microscope's NA" on every tile).
+/// Their upsampling factor is the microscope's (thin_upsampling_factor), fixed for the call, and
+/// the mid-band annulus is always the microscope's 2·NAd/λ.
+struct TileParameterSet {
+  TileParameter z_offset, zenith, azimuth;
+  TileParameter na_illumination{{}, std::numeric_limits<double>::quiet_NaN(), 0.0};
+  TileParameter na_detection{{}, std::numeric_limits<double>::quiet_NaN(), 0.0};
+};
+
 /// Per-tile results (outputs, contiguous, on the tiles' device): the final parameters [B] (real
-/// dtype), the final losses [B] (real dtype: the negative mid-band power of the phase
-/// reconstruction at the returned parameters) and iterations run [B] (int32).
+/// dtype; the two apertures optional: absent ones are not written), the final losses [B] (real
+/// dtype: the negative mid-band power of the phase reconstruction at the returned parameters) and
+/// iterations run [B] (int32).
 struct TileOptimizerResult {
   TensorRef z_offset, zenith, azimuth, loss, iterations;
+  TensorRef na_illumination, na_detection;
 };
 
 /// Optimises focus offset (in slices: z_k = (−k + ⌊Z/2⌋ + offset)·z_spacing, negated when
-/// invert_phase_contrast), zenith and azimuth of each tile independently, maximising the mid-band
-/// power of its Tikhonov phase reconstruction. tiles [B, Z, Y, X] real. Derivatives (first and, for
-/// Newton, diagonal second order) are exact, computed forward-mode through the transfer functions,
-/// the closed-form inverse and the loss. A tile whose loss or step turns non-finite gets its last
-/// good parameters back and stops. The optimiser allocates its own scratch and cuFFT plans.
+/// invert_phase_contrast), zenith, azimuth and optionally the two numerical apertures (the thin
+/// model's clamp NAi >= NAd -> 0.9·NAd applies per tile) of each tile independently, maximising the
+/// mid-band power of its Tikhonov phase reconstruction. tiles [B, Z, Y, X] real. Derivatives (first
+/// and, for Newton, diagonal second order) are exact, computed forward-mode through the transfer
+/// functions, the closed-form inverse and the loss. A tile whose loss or step turns non-finite gets
+/// its last good parameters back and stops. The optimiser allocates its own scratch and cuFFT
+/// plans.
 void optimize_tiles(const TensorRef& tiles, const MicroscopeSettings& settings, double z_spacing,
-                    const TileParameter& z_offset, const TileParameter& zenith,
-                    const TileParameter& azimuth, const TileOptimizerOptions& options,
+                    const TileParameterSet& parameters, const TileOptimizerOptions& options,
                     const TileOptimizerResult& result, Stream stream = {});
 
 }  // namespace fieldfuse

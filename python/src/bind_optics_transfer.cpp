@@ -3,12 +3,16 @@
 // cross as one tuple (pixel_size, wavelength, index_medium, na_illumination, na_detection,
 // pupil_steepness, invert_phase_contrast), which fieldfuse.optics builds from its Microscope.
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "fieldfuse/optics.h"
 #include "tensor_ref.h"
@@ -128,20 +132,37 @@ void bind_optics_transfer(nb::module_& m) {
   m.def(
       "optimize_tiles",
       [](const Settings& s, const Array& tiles, double z_spacing,
-         const std::tuple<OptionalArray, OptionalArray, OptionalArray>& initial,
-         const std::tuple<double, double, double>& initial_values,
-         const std::tuple<double, double, double>& learning_rates, int method, int iterations,
+         const std::vector<OptionalArray>& initial, const std::vector<double>& initial_values,
+         const std::vector<double>& learning_rates, int method, int iterations,
          double regularization, double band_low, double band_high, double tolerance, int patience,
-         const Array& out_z, const Array& out_zenith, const Array& out_azimuth,
-         const Array& out_loss, const Array& out_iterations, std::uintptr_t stream) {
+         const std::vector<OptionalArray>& outputs, const Array& out_loss,
+         const Array& out_iterations, std::uintptr_t stream) {
         constexpr const char* op = "optimize_tiles";
+        constexpr const char* names[5] = {"z_offset", "zenith", "azimuth", "na_illumination",
+                                          "na_detection"};
+        if (initial.size() != 5 || initial_values.size() != 5 || learning_rates.size() != 5 ||
+            outputs.size() != 5) {
+          throw Error(ErrorKind::Value, std::string(op) +
+                                            "(): expected 5 entries per parameter list (z_offset, "
+                                            "zenith, azimuth, na_illumination, na_detection)");
+        }
         const TensorRef t = to_tensor_ref(tiles, op, "tiles");
-        TileParameter z{to_tensor_ref(std::get<0>(initial), op, "z_offset.initial"),
-                        std::get<0>(initial_values), std::get<0>(learning_rates)};
-        TileParameter zen{to_tensor_ref(std::get<1>(initial), op, "zenith.initial"),
-                          std::get<1>(initial_values), std::get<1>(learning_rates)};
-        TileParameter azi{to_tensor_ref(std::get<2>(initial), op, "azimuth.initial"),
-                          std::get<2>(initial_values), std::get<2>(learning_rates)};
+        TileParameterSet parameters;
+        TileParameter* entries[5] = {&parameters.z_offset, &parameters.zenith, &parameters.azimuth,
+                                     &parameters.na_illumination, &parameters.na_detection};
+        TileOptimizerResult r;
+        TensorRef* outs[5] = {&r.z_offset, &r.zenith, &r.azimuth, &r.na_illumination,
+                              &r.na_detection};
+        std::string initial_names[5], out_names[5];
+        for (int p = 0; p < 5; ++p) {
+          initial_names[p] = std::string(names[p]) + ".initial";
+          out_names[p] = std::string("result.") + names[p];
+          *entries[p] = {to_tensor_ref(initial[p], op, initial_names[p].c_str()), initial_values[p],
+                         learning_rates[p]};
+          *outs[p] = to_tensor_ref(outputs[p], op, out_names[p].c_str());
+        }
+        r.loss = to_tensor_ref(out_loss, op, "result.loss");
+        r.iterations = to_tensor_ref(out_iterations, op, "result.iterations");
         TileOptimizerOptions o;
         o.method = static_cast<TileOptimizerMethod>(method);
         o.iterations = iterations;
@@ -149,18 +170,12 @@ void bind_optics_transfer(nb::module_& m) {
         o.band = {band_low, band_high};
         o.tolerance = tolerance;
         o.patience = patience;
-        TileOptimizerResult r{to_tensor_ref(out_z, op, "result.z_offset"),
-                              to_tensor_ref(out_zenith, op, "result.zenith"),
-                              to_tensor_ref(out_azimuth, op, "result.azimuth"),
-                              to_tensor_ref(out_loss, op, "result.loss"),
-                              to_tensor_ref(out_iterations, op, "result.iterations")};
         nb::gil_scoped_release release;
-        optimize_tiles(t, to_settings(s), z_spacing, z, zen, azi, o, r, to_stream(stream));
+        optimize_tiles(t, to_settings(s), z_spacing, parameters, o, r, to_stream(stream));
       },
       "settings"_a, "tiles"_a.noconvert(), "z_spacing"_a, "initial"_a, "initial_values"_a,
       "learning_rates"_a, "method"_a, "iterations"_a, "regularization"_a, "band_low"_a,
-      "band_high"_a, "tolerance"_a, "patience"_a, "out_z_offset"_a.noconvert(),
-      "out_zenith"_a.noconvert(), "out_azimuth"_a.noconvert(), "out_loss"_a.noconvert(),
+      "band_high"_a, "tolerance"_a, "patience"_a, "outputs"_a, "out_loss"_a.noconvert(),
       "out_iterations"_a.noconvert(), "stream"_a);
 
   // The thick (3-D) model: the geometry crosses as (Z, Y, X, z_pixel_size, z_padding, zenith,

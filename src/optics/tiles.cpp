@@ -18,7 +18,8 @@ using detail::number_text;
 using detail::optics::kTileParameters;
 
 constexpr const char* kOp = "optimize_tiles";
-constexpr const char* kNames[kTileParameters] = {"z_offset", "zenith", "azimuth"};
+constexpr const char* kNames[kTileParameters] = {"z_offset", "zenith", "azimuth", "na_illumination",
+                                                 "na_detection"};
 
 void check_options(const TileOptimizerOptions& o) {
   if (o.iterations < 0) {
@@ -70,8 +71,7 @@ void check_output(const char* arg, const TensorRef& t, const TensorRef& tiles, D
 }  // namespace
 
 void optimize_tiles(const TensorRef& tiles, const MicroscopeSettings& settings, double z_spacing,
-                    const TileParameter& z_offset, const TileParameter& zenith,
-                    const TileParameter& azimuth, const TileOptimizerOptions& options,
+                    const TileParameterSet& parameters, const TileOptimizerOptions& options,
                     const TileOptimizerResult& result, Stream stream) {
   detail::optics::check_microscope(kOp, settings);
   check_options(options);
@@ -104,7 +104,12 @@ void optimize_tiles(const TensorRef& tiles, const MicroscopeSettings& settings, 
   call.tiles.data = tiles.data;
   for (int d = 0; d < 4; ++d) call.tiles.strides[d] = tiles.strides[d];
 
-  const TileParameter* params[kTileParameters] = {&z_offset, &zenith, &azimuth};
+  const TileParameter* params[kTileParameters] = {&parameters.z_offset, &parameters.zenith,
+                                                  &parameters.azimuth, &parameters.na_illumination,
+                                                  &parameters.na_detection};
+  // The apertures' NaN initial value: the microscope's setting.
+  const double setting[kTileParameters] = {0.0, 0.0, 0.0, settings.na_illumination,
+                                           settings.na_detection};
   for (int p = 0; p < kTileParameters; ++p) {
     const TileParameter& param = *params[p];
     const std::string name = std::string(kNames[p]) + ".initial";
@@ -113,7 +118,10 @@ void optimize_tiles(const TensorRef& tiles, const MicroscopeSettings& settings, 
            std::string("expected ") + kNames[p] + ".learning_rate to be finite and >= 0, but got " +
                number_text(param.learning_rate));
     }
-    if (!std::isfinite(param.initial_value)) {
+    const bool aperture = p >= detail::optics::kNaIllumination;
+    const double initial_value =
+        aperture && std::isnan(param.initial_value) ? setting[p] : param.initial_value;
+    if (!std::isfinite(initial_value)) {
       fail(ErrorKind::Value, kOp,
            std::string("expected ") + kNames[p] + ".initial_value to be finite, but got " +
                number_text(param.initial_value));
@@ -125,12 +133,15 @@ void optimize_tiles(const TensorRef& tiles, const MicroscopeSettings& settings, 
       detail::check_shape(kOp, name.c_str(), param.initial, {B}, "[B] (B from tiles)");
       call.initial[p] = {param.initial.data, {param.initial.strides[0]}};
     }
-    call.initial_value[p] = param.initial_value;
+    call.initial_value[p] = initial_value;
     call.learning_rate[p] = param.learning_rate;
   }
-  const TensorRef* outs[kTileParameters] = {&result.z_offset, &result.zenith, &result.azimuth};
-  const char* out_names[kTileParameters] = {"result.z_offset", "result.zenith", "result.azimuth"};
+  const TensorRef* outs[kTileParameters] = {&result.z_offset, &result.zenith, &result.azimuth,
+                                            &result.na_illumination, &result.na_detection};
+  const char* out_names[kTileParameters] = {"result.z_offset", "result.zenith", "result.azimuth",
+                                            "result.na_illumination", "result.na_detection"};
   for (int p = 0; p < kTileParameters; ++p) {
+    if (p >= detail::optics::kNaIllumination && is_absent(*outs[p])) continue;  // optional
     check_output(out_names[p], *outs[p], tiles, tiles.dtype, "the dtype of tiles");
     call.parameters_out[p] = outs[p]->data;
   }

@@ -12,7 +12,14 @@
 namespace fieldfuse::detail::optics {
 
 /// The three optimised parameters, in this order everywhere.
-enum TileParameterIndex : int { kZOffset = 0, kZenith = 1, kAzimuth = 2, kTileParameters = 3 };
+enum TileParameterIndex : int {
+  kZOffset = 0,
+  kZenith = 1,
+  kAzimuth = 2,
+  kNaIllumination = 3,
+  kNaDetection = 4,
+  kTileParameters = 5
+};
 
 struct TilesCall {
   const char* op = "optimize_tiles";
@@ -31,7 +38,7 @@ struct TilesCall {
   double initial_value[kTileParameters] = {};
   double learning_rate[kTileParameters] = {};
 
-  void* parameters_out[kTileParameters] = {};  ///< [B] each
+  void* parameters_out[kTileParameters] = {};  ///< [B] each (the apertures' may be null)
   void* loss_out = nullptr;                    ///< [B]
   void* iterations_out = nullptr;              ///< [B] int32
 };

@@ -23,11 +23,11 @@ namespace fieldfuse::detail::optics {
 /// The optimiser's device state, [B] arrays unless noted.
 template <class T>
 struct TileState {
-  T* params;      ///< [3][B] current
-  T* good;        ///< [3][B] the last parameters whose loss and derivatives were finite
+  T* params;  ///< [kTileParameters][B] current
+  T* good;    ///< [kTileParameters][B] the last parameters whose loss and derivatives were finite
   T* good_loss;   ///< loss at `good`
-  T* m;           ///< [3][B] first moments
-  T* v;           ///< [3][B] second moments
+  T* m;           ///< [kTileParameters][B] first moments
+  T* v;           ///< [kTileParameters][B] second moments
   T* mu_product;  ///< NAdam's Π μ
   T* last_loss;   ///< previous finite loss (early stopping)
   int32_t* active;
@@ -251,7 +251,7 @@ struct TileFinish {
     const T final_loss = -s.inverse_mask_count * sums[b];
     const bool finite = std::isfinite(final_loss);
     for (int p = 0; p < kTileParameters; ++p) {
-      out[p][b] = finite ? st.params[p * s.B + b] : st.good[p * s.B + b];
+      if (out[p] != nullptr) out[p][b] = finite ? st.params[p * s.B + b] : st.good[p * s.B + b];
     }
     loss[b] = finite ? final_loss : st.good_loss[b];
     iterations[b] = st.updates[b];
@@ -272,9 +272,10 @@ struct TileBuffers {
 template <class T>
 std::size_t tile_buffer_bytes(int64_t B, int64_t Z, int64_t Y, int64_t X, int64_t Nu, int C) {
   const std::size_t t = sizeof(T), c = 2 * sizeof(T), i = sizeof(int32_t);
-  return align_up(t * 3 * B) * 4 + align_up(t * B) * 3 + align_up(i * B) * 3 + align_up(t * B * Z) +
-         align_up(t * (B * Z > B * C ? B * Z : B * C)) + align_up(c * B * Z * Y * X) +
-         align_up(c * C * B * Y * X) + align_up(c * 2 * C * B * Z * Nu) + align_up(t * B * C);
+  return align_up(t * kTileParameters * B) * 4 + align_up(t * B) * 3 + align_up(i * B) * 3 +
+         align_up(t * B * Z) + align_up(t * (B * Z > B * C ? B * Z : B * C)) +
+         align_up(c * B * Z * Y * X) + align_up(c * C * B * Y * X) +
+         align_up(c * 2 * C * B * Z * Nu) + align_up(t * B * C);
 }
 
 template <class T>
@@ -288,10 +289,10 @@ TileBuffers<T> carve_tile_buffers(char* base, int64_t B, int64_t Z, int64_t Y, i
   const std::size_t t = sizeof(T), c = 2 * sizeof(T), i = sizeof(int32_t);
   TileBuffers<T> buf;
   TileState<T>& st = buf.state;
-  st.params = reinterpret_cast<T*>(take(t * 3 * B));
-  st.good = reinterpret_cast<T*>(take(t * 3 * B));
-  st.m = reinterpret_cast<T*>(take(t * 3 * B));
-  st.v = reinterpret_cast<T*>(take(t * 3 * B));
+  st.params = reinterpret_cast<T*>(take(t * kTileParameters * B));
+  st.good = reinterpret_cast<T*>(take(t * kTileParameters * B));
+  st.m = reinterpret_cast<T*>(take(t * kTileParameters * B));
+  st.v = reinterpret_cast<T*>(take(t * kTileParameters * B));
   st.good_loss = reinterpret_cast<T*>(take(t * B));
   st.mu_product = reinterpret_cast<T*>(take(t * B));
   st.last_loss = reinterpret_cast<T*>(take(t * B));
@@ -321,6 +322,8 @@ void evaluate_tiles(Exec& exec, const ThinModel<T>& m, const ThinDirections& dir
   in.zenith_stride = 1;
   in.azimuth = buf.state.params + kAzimuth * s.B;
   in.azimuth_stride = 1;
+  in.na_illumination = buf.state.params + kNaIllumination * s.B;
+  in.na_detection = buf.state.params + kNaDetection * s.B;
   thin_correlation<P, O>(exec, m, dir, in, buf.thin);
   exec.for_each(
       s.B * s.Y * s.X,
@@ -337,7 +340,12 @@ void iterate_tiles(Exec& exec, const ThinModel<T>& base, const FreeParameters& f
   ThinDirections dir;
   for (int q = 0; q < free.count; ++q) {
     const int p = free.parameter[q];
-    (p == kZOffset ? dir.z : p == kZenith ? dir.zenith : dir.azimuth) = q;
+    int* slot = p == kZOffset          ? &dir.z
+                : p == kZenith         ? &dir.zenith
+                : p == kAzimuth        ? &dir.azimuth
+                : p == kNaIllumination ? &dir.na_illumination
+                                       : &dir.na_detection;
+    *slot = q;
   }
   for (int it = 0; it < s.options.iterations; ++it) {
     evaluate_tiles<P, O>(exec, m, dir, s, buf);
@@ -353,8 +361,12 @@ void iterate_tiles_with(Exec& exec, const ThinModel<T>& m, const FreeParameters&
       return iterate_tiles<1, O>(exec, m, free, s, buf);
     case 2:
       return iterate_tiles<2, O>(exec, m, free, s, buf);
-    default:
+    case 3:
       return iterate_tiles<3, O>(exec, m, free, s, buf);
+    case 4:
+      return iterate_tiles<4, O>(exec, m, free, s, buf);
+    default:
+      return iterate_tiles<5, O>(exec, m, free, s, buf);
   }
 }
 

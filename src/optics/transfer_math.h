@@ -50,9 +50,10 @@ struct ThinModel {
   T steepness = 0;           ///< s of the detection pupil
   T illumination_slope = 0;  ///< 4/Δf of the tilted pupil
   T na_illumination = 0, na_detection = 0;
-  bool clamp_illumination = false;  ///< NAi >= NAd: NAi is replaced by 0.9·NAd
-  T z_sign = 1;                     ///< −1 with invert_phase_contrast
-  T z_derivative = 1;               ///< ∂z/∂(the z direction's parameter)
+  /// The thin model's rule: where NAi >= NAd, NAi is replaced by 0.9·NAd (false: NAi as given).
+  bool clamp_illumination = true;
+  T z_sign = 1;        ///< −1 with invert_phase_contrast
+  T z_derivative = 1;  ///< ∂z/∂(the z direction's parameter)
 
   FF_HOST_DEVICE int64_t pixels_up() const { return Yu * Xu; }
 };
@@ -73,13 +74,14 @@ struct Pupils {
 template <class T, class J>
 FF_HOST_DEVICE FF_FORCE_INLINE Pupils<T, J> thin_pupils(const ThinModel<T>& m,
                                                         const ThinDirections& dir, T zenith,
-                                                        T azimuth, int64_t pixel) {
+                                                        T azimuth, T na_illumination,
+                                                        T na_detection, int64_t pixel) {
   const int64_t y = pixel / m.Xu, x = pixel - y * m.Xu;
   const T fy = fft_frequency(y, m.Yu, m.step_y), fx = fft_frequency(x, m.Xu, m.step_x);
   const T fr2 = fy * fy + fx * fx;
 
   // Detection pupil P = σ(s·(NAd/λ − |f|)).
-  const J na_det = J::variable(m.na_detection, dir.na_detection);
+  const J na_det = J::variable(na_detection, dir.na_detection);
   const J detection = sigmoid(scale(m.steepness / m.wavelength, na_det) -
                               J::constant(m.steepness * std::sqrt(fr2)));
 
@@ -87,8 +89,9 @@ FF_HOST_DEVICE FF_FORCE_INLINE Pupils<T, J> thin_pupils(const ThinModel<T>& m,
   const T fz2 = m.ewald_radius * m.ewald_radius - fr2;
   J illumination = J::constant(T(0));
   if (fz2 >= T(0)) {
-    const J na_ill = m.clamp_illumination ? scale(T(0.9), na_det)
-                                          : J::variable(m.na_illumination, dir.na_illumination);
+    const J na_ill = m.clamp_illumination && na_illumination >= na_detection
+                         ? scale(T(0.9), na_det)
+                         : J::variable(na_illumination, dir.na_illumination);
     const J ratio = scale(T(1) / m.index_medium, na_ill);
     const J cos_alpha = sqrt_clamped(J::constant(T(1)) - ratio * ratio);
     const J theta = J::variable(zenith, dir.zenith), phi = J::variable(azimuth, dir.azimuth);
@@ -98,6 +101,14 @@ FF_HOST_DEVICE FF_FORCE_INLINE Pupils<T, J> thin_pupils(const ThinModel<T>& m,
     illumination = sigmoid(scale(m.illumination_slope, dot - scale(m.ewald_radius, cos_alpha)));
   }
   return {illumination, detection};
+}
+
+/// The same with the model's (shared) apertures.
+template <class T, class J>
+FF_HOST_DEVICE FF_FORCE_INLINE Pupils<T, J> thin_pupils(const ThinModel<T>& m,
+                                                        const ThinDirections& dir, T zenith,
+                                                        T azimuth, int64_t pixel) {
+  return thin_pupils<T, J>(m, dir, zenith, azimuth, m.na_illumination, m.na_detection, pixel);
 }
 
 /// D = P·(P·e^{i2πz·ob}) at upsampled pixel `pixel` and defocus z (the detection pupil enters

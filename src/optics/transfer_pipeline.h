@@ -38,6 +38,15 @@ struct TileInputs {
   }
   FF_HOST_DEVICE T zenith_at(int64_t b) const { return zenith[b * zenith_stride]; }
   FF_HOST_DEVICE T azimuth_at(int64_t b) const { return azimuth[b * azimuth_stride]; }
+  /// Per-tile apertures (the optimiser's); null: the model's.
+  const T* na_illumination = nullptr;
+  const T* na_detection = nullptr;
+  FF_HOST_DEVICE T na_illumination_at(int64_t b, T shared) const {
+    return na_illumination != nullptr ? na_illumination[b] : shared;
+  }
+  FF_HOST_DEVICE T na_detection_at(int64_t b, T shared) const {
+    return na_detection != nullptr ? na_detection[b] : shared;
+  }
 };
 
 /// Where each Jet component of D is stored among the D planes (−1: structurally zero). D depends
@@ -83,7 +92,9 @@ struct ThinFields {
   FF_HOST_DEVICE void operator()(int64_t i) const {
     const int64_t nu = m.pixels_up();
     const int64_t b = i / nu, pixel = i - b * nu;
-    const Pupils<T, J> pupils = thin_pupils<T, J>(m, dir, in.zenith_at(b), in.azimuth_at(b), pixel);
+    const Pupils<T, J> pupils = thin_pupils<T, J>(m, dir, in.zenith_at(b), in.azimuth_at(b),
+                                                  in.na_illumination_at(b, m.na_illumination),
+                                                  in.na_detection_at(b, m.na_detection), pixel);
     const int64_t plane_stride = m.B * m.Z * nu;  // between components
     Complex<T>* sd = fields + (b * m.Z) * nu + pixel;
     Complex<T>* d = sd + C * plane_stride;
@@ -108,7 +119,9 @@ struct ThinIntensity {
   TileInputs<T> in;
 
   FF_HOST_DEVICE void operator()(int64_t b, int64_t pixel, T (&acc)[C]) const {
-    const Pupils<T, J> p = thin_pupils<T, J>(m, dir, in.zenith_at(b), in.azimuth_at(b), pixel);
+    const Pupils<T, J> p = thin_pupils<T, J>(m, dir, in.zenith_at(b), in.azimuth_at(b),
+                                             in.na_illumination_at(b, m.na_illumination),
+                                             in.na_detection_at(b, m.na_detection), pixel);
     const J p2 = p.detection * p.detection;
     const J term = p.illumination * (p2 * p2);
     for (int c = 0; c < C; ++c) acc[c] += term.c[c];
@@ -190,7 +203,6 @@ ThinModel<T> thin_model(const MicroscopeSettings& s, int factor, int64_t B, int6
   m.illumination_slope = static_cast<T>(4.0 * static_cast<double>(m.Xu) * ps_up);  // 4/Δf
   m.na_illumination = static_cast<T>(s.na_illumination);
   m.na_detection = static_cast<T>(s.na_detection);
-  m.clamp_illumination = s.na_illumination >= s.na_detection;
   m.z_sign = s.invert_phase_contrast ? T(-1) : T(1);
   m.z_derivative = T(1);
   return m;

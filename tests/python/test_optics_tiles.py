@@ -23,6 +23,8 @@ import pytest
 import torch
 from optics_support import F32, F64, optics_api, raises_naming
 
+from fieldfuse import optics
+
 MICROSCOPE = dict(
     pixel_size=0.2,
     wavelength=0.532,
@@ -293,3 +295,60 @@ def test_bad_inputs(scene, changes, argument):
             kwargs.pop("parameters"),
             **kwargs,
         )
+
+
+# --- the apertures as optimised parameters ---------------------------------------------------
+
+def _aperture_scene():
+    torch.manual_seed(5)
+    scope = optics.Microscope(pixel_size=0.25, wavelength=0.532, na_detection=0.5,
+                              na_illumination=0.3, pupil_steepness=100.0)
+    B, Z, Y, X = 2, 5, 24, 24
+    z = optics.z_positions(Z, 1.5, torch.tensor([0.2, -0.3], dtype=F64))
+    hu, hp = optics.thin_transfer_functions((Y, X), scope.pixel_size, z, scope.wavelength, 1.0,
+                                            scope.na_illumination, scope.na_detection,
+                                            pupil_steepness=scope.pupil_steepness, dtype=F64)
+    phase = torch.randn(B, Y, X, dtype=F64)
+    tiles = optics.thin_forward_model(torch.zeros_like(phase), phase, hu, hp)
+    return scope, tiles
+
+
+def _loss_at(scope, tiles, **apertures):
+    frozen = {name: (value, 0.0) for name, value in apertures.items()}
+    return optics.optimize_tiles(tiles, scope, 1.5, frozen, iterations=0).loss
+
+
+def test_apertures_stay_at_the_microscope_unless_optimised():
+    scope, tiles = _aperture_scene()
+    fit = optics.optimize_tiles(tiles, scope, 1.5, {"z_offset": (0.0, 0.1)}, method="newton",
+                                iterations=2)
+    assert torch.all(fit.na_illumination == scope.na_illumination)
+    assert torch.all(fit.na_detection == scope.na_detection)
+    # per-tile starting apertures, frozen, come back unchanged
+    start = torch.tensor([0.45, 0.55], dtype=F64)
+    fit = optics.optimize_tiles(tiles, scope, 1.5, {"na_detection": (start, 0.0)}, iterations=2)
+    assert torch.equal(fit.na_detection, start)
+
+
+@pytest.mark.parametrize("name, value", [("na_detection", 0.5), ("na_illumination", 0.3)])
+def test_aperture_newton_step_matches_finite_differences(name, value):
+    """One Newton step along an aperture alone is −g/max(h, lr) capped at ±lr, with g and h the
+    loss's exact derivatives: compare with central differences of the loss itself."""
+    scope, tiles = _aperture_scene()
+    h = 1e-4
+    lo, mid, hi = (_loss_at(scope, tiles, **{name: value + d}) for d in (-h, 0.0, h))
+    grad = (hi - lo) / (2 * h)
+    curvature = (hi - 2 * mid + lo) / (h * h)
+    lr = 0.02
+    expected = (-grad / torch.clamp(curvature, min=lr)).clamp(-lr, lr)
+    fit = optics.optimize_tiles(tiles, scope, 1.5, {name: (value, lr)}, method="newton",
+                                iterations=1)
+    torch.testing.assert_close(getattr(fit, name) - value, expected, rtol=2e-3, atol=1e-6)
+    assert torch.all(fit.iterations == 1)
+
+
+def test_illumination_at_or_above_detection_is_clamped_per_tile():
+    scope, tiles = _aperture_scene()
+    clamped = _loss_at(scope, tiles, na_illumination=torch.tensor([0.5, 0.7], dtype=F64))
+    reference = _loss_at(scope, tiles, na_illumination=0.9 * scope.na_detection)
+    torch.testing.assert_close(clamped, reference, rtol=1e-12, atol=1e-12)

@@ -18,19 +18,22 @@ from .transfer import Microscope, thin_transfer_functions, z_positions
 __all__ = ["TileOptimization", "optimize_tiles", "reconstruct_phase"]
 
 _METHODS = {"adam": 0, "nadam": 1, "newton": 2}
-_PARAMETERS = ("z_offset", "zenith", "azimuth")
+_PARAMETERS = ("z_offset", "zenith", "azimuth", "na_illumination", "na_detection")
 
 
 @dataclasses.dataclass
 class TileOptimization:
-    """Per-tile results, each [B]: the parameters, the loss at them (−mean mid-band amplitude of the
-    phase reconstruction) and the number of updates each tile ran."""
+    """Per-tile results, each [B]: the parameters (the apertures too: the microscope's where they
+    were not optimised), the loss at them (−mean mid-band amplitude of the phase reconstruction)
+    and the number of updates each tile ran."""
 
     z_offset: Tensor
     zenith: Tensor
     azimuth: Tensor
     loss: Tensor
     iterations: Tensor
+    na_illumination: Tensor
+    na_detection: Tensor
 
 
 def optimize_tiles(
@@ -50,8 +53,10 @@ def optimize_tiles(
     mid-band power of its Tikhonov phase reconstruction.
 
     tiles: [B, Z, Y, X] defocus stacks, float32 or float64, CPU or CUDA.
-    parameters: maps "z_offset", "zenith", "azimuth" to (initial, learning_rate); initial a number
-    or a [B] tensor (warm starts), learning_rate 0 freezes the parameter; absent: (0.0, 0.0).
+    parameters: maps "z_offset", "zenith", "azimuth" (and optionally "na_illumination",
+    "na_detection") to (initial, learning_rate); initial a number or a [B] tensor (warm starts),
+    learning_rate 0 freezes the parameter; absent: (0.0, 0.0), and for the apertures the
+    microscope's NA, frozen. The upsampling factor and the mid-band annulus stay the microscope's.
     method: "adam", "nadam" (PyTorch's update rules, one per tile) or "newton": the damped
     diagonal step −g/max(h, lr) capped at ±lr, with exact second derivatives.
     A tile whose loss or derivatives turn non-finite gets its last good parameters back and stops;
@@ -73,7 +78,8 @@ def optimize_tiles(
         raise ValueError(f"{op}(): expected parameters keys among {list(_PARAMETERS)}, but got {unknown}")
     initial, values, rates = [], [], []
     for name in _PARAMETERS:
-        entry = parameters.get(name, (0.0, 0.0))
+        default = (float("nan"), 0.0) if name.startswith("na_") else (0.0, 0.0)  # NaN: the microscope's
+        entry = parameters.get(name, default)
         if not isinstance(entry, (tuple, list)) or len(entry) != 2:
             raise ValueError(f"{op}(): expected parameters[{name!r}] to be (initial, learning_rate), but got {entry!r}")
         init, lr = entry
@@ -86,16 +92,18 @@ def optimize_tiles(
             values.append(real_number(op, f"parameters[{name!r}] initial", init))
         rates.append(real_number(op, f"parameters[{name!r}] learning_rate", lr))
     B = tiles.shape[0]
-    out = [torch.empty(B, dtype=tiles.dtype, device=tiles.device) for _ in range(4)]
+    params = [torch.empty(B, dtype=tiles.dtype, device=tiles.device) for _ in _PARAMETERS]
+    loss = torch.empty(B, dtype=tiles.dtype, device=tiles.device)
     its = torch.empty(B, dtype=torch.int32, device=tiles.device)
     _C.optimize_tiles(
-        microscope.settings(op), dl(tiles), real_number(op, "z_spacing", z_spacing), tuple(initial),
-        tuple(values), tuple(rates), _METHODS[method], int(iterations),
+        microscope.settings(op), dl(tiles), real_number(op, "z_spacing", z_spacing), initial,
+        values, rates, _METHODS[method], int(iterations),
         real_number(op, "regularization", regularization), real_number(op, "band[0]", band[0]),
         real_number(op, "band[1]", band[1]), real_number(op, "tolerance", tolerance), int(patience),
-        dl(out[0]), dl(out[1]), dl(out[2]), dl(out[3]), dl(its), stream_of(tiles),
+        [dl(t) for t in params], dl(loss), dl(its), stream_of(tiles),
     )
-    return TileOptimization(out[0], out[1], out[2], out[3], its)
+    z, zen, azi, na_i, na_d = params
+    return TileOptimization(z, zen, azi, loss, its, na_i, na_d)
 
 
 def reconstruct_phase(
