@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CUDA execution policy of the optics pipelines (see optics/transfer_pipeline.h): one generic
-// grid-stride kernel for elementwise functors, one block per row for reductions (a fixed-order
-// tree, so results do not depend on scheduling), and cuFFT plans from the process-wide cache.
+// The CUDA execution policy of the optics pipelines (see optics/transfer_pipeline.h): the core's
+// grid-stride launch (core/for_each.cuh) for elementwise functors, one block per row for
+// reductions (a fixed-order tree, so results do not depend on scheduling), and cuFFT plans from
+// the process-wide cache.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "core/cuda_launch.cuh"
+#include "core/for_each.cuh"
 #include "fieldfuse/core.h"
 #include "optics/complex.h"
 #include "optics/fft.h"
@@ -16,14 +18,6 @@
 namespace fieldfuse::detail::optics {
 
 constexpr int kExecThreads = 256;
-
-template <class F>
-__global__ void __launch_bounds__(kExecThreads) for_each_kernel(F f, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{kExecThreads} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * kExecThreads) {
-    f(i);
-  }
-}
 
 template <int W, class T, class F>
 __global__ void __launch_bounds__(kExecThreads) reduce_rows_kernel(F f, int64_t n, T* out) {
@@ -49,11 +43,7 @@ class CudaExec {
 
   template <class F>
   void for_each(int64_t n, const F& f) const {
-    if (n <= 0) return;
-    const int64_t blocks =
-        cuda::ceil_div(n, kExecThreads) < 65536 * 8 ? cuda::ceil_div(n, kExecThreads) : 65536 * 8;
-    for_each_kernel<<<static_cast<unsigned>(blocks), kExecThreads, 0, raw_>>>(f, n);
-    cuda::check_launch(op_, "for_each_kernel", raw_);
+    cuda::for_each(op_, "optics for_each_kernel", n, raw_, f);
   }
 
   template <int W, class F, class T>

@@ -269,21 +269,16 @@ struct TileBuffers {
   ThinBuffers<T> thin;   ///< fields [2][C][B][Z][Nu], intensity [B][C]
 };
 
-template <class T>
-std::size_t tile_buffer_bytes(int64_t B, int64_t Z, int64_t Y, int64_t X, int64_t Nu, int C) {
-  const std::size_t t = sizeof(T), c = 2 * sizeof(T), i = sizeof(int32_t);
-  return align_up(t * kTileParameters * B) * 4 + align_up(t * B) * 3 + align_up(i * B) * 3 +
-         align_up(t * B * Z) + align_up(t * (B * Z > B * C ? B * Z : B * C)) +
-         align_up(c * B * Z * Y * X) + align_up(c * C * B * Y * X) +
-         align_up(c * 2 * C * B * Z * Nu) + align_up(t * B * C);
-}
-
+/// Carves the buffers from `base` in one fixed order (each region aligned to 256 bytes) and
+/// returns the bytes they span in `*bytes`. With base = null only the size is computed (the
+/// pointers stay null), so the size and the layout cannot disagree.
 template <class T>
 TileBuffers<T> carve_tile_buffers(char* base, int64_t B, int64_t Z, int64_t Y, int64_t X,
-                                  int64_t Nu, int C) {
-  auto take = [&base](std::size_t bytes) {
-    char* p = base;
-    base += align_up(bytes);
+                                  int64_t Nu, int C, std::size_t* bytes) {
+  std::size_t offset = 0;
+  auto take = [&](std::size_t size) {
+    char* p = base != nullptr ? base + offset : nullptr;
+    offset += align_up(size);
     return p;
   };
   const std::size_t t = sizeof(T), c = 2 * sizeof(T), i = sizeof(int32_t);
@@ -305,6 +300,7 @@ TileBuffers<T> carve_tile_buffers(char* base, int64_t B, int64_t Z, int64_t Y, i
   buf.spectrum = reinterpret_cast<Complex<T>*>(take(c * C * B * Y * X));
   buf.thin.fields = reinterpret_cast<Complex<T>*>(take(c * 2 * C * B * Z * Nu));
   buf.thin.intensity = reinterpret_cast<T*>(take(t * B * C));
+  *bytes = offset;
   return buf;
 }
 
@@ -383,9 +379,10 @@ void run_optimize_tiles(Exec& exec, const TilesCall& call, Allocate&& allocate) 
     if (call.learning_rate[p] > 0.0) free.parameter[free.count++] = p;
   }
   const int C = 1 + free.count * (o.method == TileOptimizerMethod::Newton ? 2 : 1);
-  TileBuffers<T> buf = carve_tile_buffers<T>(
-      static_cast<char*>(allocate(tile_buffer_bytes<T>(B, Z, Y, X, m.pixels_up(), C))), B, Z, Y, X,
-      m.pixels_up(), C);
+  std::size_t bytes = 0;
+  carve_tile_buffers<T>(nullptr, B, Z, Y, X, m.pixels_up(), C, &bytes);
+  const TileBuffers<T> buf = carve_tile_buffers<T>(static_cast<char*>(allocate(bytes)), B, Z, Y, X,
+                                                   m.pixels_up(), C, &bytes);
 
   TileSetup<T> s;
   s.B = B;
@@ -405,14 +402,14 @@ void run_optimize_tiles(Exec& exec, const TilesCall& call, Allocate&& allocate) 
   }
   s.inverse_mask_count = mask_count > 0 ? T(1) / static_cast<T>(mask_count) : T(0);
   s.options = o;
+  for (int p = 0; p < kTileParameters; ++p)
+    s.learning_rate[p] = static_cast<T>(call.learning_rate[p]);
   TileInit<T> init{s, buf.state, {}, {}, {}};
   for (int p = 0; p < kTileParameters; ++p) {
-    s.learning_rate[p] = static_cast<T>(call.learning_rate[p]);
     init.initial[p] = static_cast<const T*>(call.initial[p].data);
     init.initial_stride[p] = call.initial[p].strides[0];
     init.initial_value[p] = static_cast<T>(call.initial_value[p]);
   }
-  init.s = s;
   exec.for_each(B, init);
 
   // The data's spectra, once.

@@ -9,6 +9,7 @@
 #include "fieldfuse/optics.h"
 #include "optics/optics_check.h"
 #include "optics/transfer_drivers.h"
+#include "optics/transfer_pipeline.h"
 
 namespace fieldfuse {
 namespace {
@@ -206,15 +207,9 @@ namespace detail::optics {
 std::size_t thin_pipeline_bytes(int64_t B, int64_t Z, int64_t Yu, int64_t Xu, int directions,
                                 std::size_t real_size) {
   const std::size_t C = 1 + static_cast<std::size_t>(directions);
-  const auto up = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
   const std::size_t planes = static_cast<std::size_t>(B * Z * Yu * Xu);
-  return up(2 * real_size * 2 * C * planes) + up(real_size * B * C) +
-         up(real_size * B * Z * static_cast<std::size_t>(directions)) + 1;
-}
-
-int ThinCall::directions() const {
-  return (grad_z != nullptr) + (grad_zenith != nullptr) + (grad_azimuth != nullptr) +
-         (grad_na_illumination != nullptr) + (grad_na_detection != nullptr);
+  return align_up(2 * real_size * 2 * C * planes) + align_up(real_size * B * C) +
+         align_up(real_size * B * Z * static_cast<std::size_t>(directions)) + 1;
 }
 
 }  // namespace detail::optics

@@ -43,8 +43,6 @@ struct ThinCall {
   void* grad_na_detection = nullptr;
 
   bool forward() const { return absorption != nullptr; }
-  /// Jet directions of the backward pass (the gradients asked for).
-  int directions() const;
 };
 
 /// Bytes of the pipeline's buffers for `directions` first-order directions.
