@@ -42,8 +42,25 @@ __global__ void __launch_bounds__(kThreads)
 // (coalesced: a warp reads 32 consecutive frequencies of one slice), keeps them in registers, and
 // adds their Gram terms; the 8 partial Grams meet in shared memory in a fixed order; then each
 // warp writes G for its slices. Slices beyond 32 are read a second time.
+//
+// Each thread walks its slices from one base pointer by a fixed step (SliceWalk): indexing each
+// slice through the view's 64-bit strides (ZLine) costs enough registers at 4 blocks per SM to
+// spill, and measured 46 µs against 34 µs for the walk on an H100 (115 000 frequencies, Z = 21).
 constexpr int kFilterFrequencies = 32, kFilterGroups = kThreads / kFilterFrequencies;
 constexpr int kFilterCached = 4;  ///< slices per thread kept in registers (Z <= 32 read once)
+
+/// Slices first, first + kFilterGroups, ... of a [B, Z, Y, X] view at one (tile, frequency).
+template <class T>
+struct SliceWalk {
+  const Cx<T>* first;
+  int64_t step;
+  __device__ SliceWalk(const View& v, int64_t b, int64_t f, int64_t X, int group)
+      : first(static_cast<const Cx<T>*>(v.data) + b * v.strides[0] + group * v.strides[1] +
+              (f / X) * v.strides[2] + (f % X) * v.strides[3]),
+        step(kFilterGroups * v.strides[1]) {}
+  /// The k-th slice of this thread (slice group + k·kFilterGroups).
+  __device__ Cx<T> operator[](int k) const { return first[k * step]; }
+};
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4)
@@ -54,21 +71,21 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int64_t b = blockIdx.x / blocks_per_tile;
   const int64_t f = (blockIdx.x - b * blocks_per_tile) * kFilterFrequencies + lane;
   const bool valid = f < F;
-  const ZLine<T> u(hu, b, valid ? f : 0, s.X), p(hp, b, valid ? f : 0, s.X);
+  // This thread's slices: group, group + 8, ... (none for a frequency past the end).
+  const int slices =
+      valid && group < s.Z ? static_cast<int>((s.Z - group + kFilterGroups - 1) / kFilterGroups) : 0;
+  const SliceWalk<T> u(hu, b, valid ? f : 0, s.X, group), p(hp, b, valid ? f : 0, s.X, group);
   Cx<T> mu[kFilterCached], mp[kFilterCached];
   Gram<T> gram;
 #pragma unroll
   for (int k = 0; k < kFilterCached; ++k) {
-    const int64_t z = group + k * kFilterGroups;
-    if (valid && z < s.Z) {
-      mu[k] = u[z];
-      mp[k] = p[z];
+    if (k < slices) {
+      mu[k] = u[k];
+      mp[k] = p[k];
       gram.add(mu[k], mp[k]);
     }
   }
-  for (int64_t z = group + kFilterCached * kFilterGroups; valid && z < s.Z; z += kFilterGroups) {
-    gram.add(u[z], p[z]);
-  }
+  for (int k = kFilterCached; k < slices; ++k) gram.add(u[k], p[k]);
   partial[0][group][lane] = gram.n00;
   partial[1][group][lane] = gram.n11;
   partial[2][group][lane] = gram.n01.re;
@@ -82,19 +99,21 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
   if (!valid) return;
   const TikhonovInverse<T> inv(total, lambda);
-  Cx<T>* row0 = out + 2 * b * s.Z * F + f;
+  // G is [B, 2, Z, Y, X] contiguous: rows 0 and 1 of this thread's first slice, then a fixed step.
+  Cx<T>* row0 = out + (2 * b * s.Z + group) * F + f;
   Cx<T>* row1 = row0 + s.Z * F;
+  const int64_t out_step = kFilterGroups * F;
 #pragma unroll
   for (int k = 0; k < kFilterCached; ++k) {
-    const int64_t z = group + k * kFilterGroups;
-    if (z < s.Z) {
-      row0[z * F] = inv.row0(mu[k], mp[k]);
-      row1[z * F] = inv.row1(mu[k], mp[k]);
+    if (k < slices) {
+      row0[k * out_step] = inv.row0(mu[k], mp[k]);
+      row1[k * out_step] = inv.row1(mu[k], mp[k]);
     }
   }
-  for (int64_t z = group + kFilterCached * kFilterGroups; z < s.Z; z += kFilterGroups) {
-    row0[z * F] = inv.row0(u[z], p[z]);
-    row1[z * F] = inv.row1(u[z], p[z]);
+  for (int k = kFilterCached; k < slices; ++k) {
+    const Cx<T> mu_k = u[k], mp_k = p[k];
+    row0[k * out_step] = inv.row0(mu_k, mp_k);
+    row1[k * out_step] = inv.row1(mu_k, mp_k);
   }
 }
 
