@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA SIMT driver of the MLP family (float32 and float64): float32 on the warp-fused kernels of
-// mlp_cuda_warp_fused*.cuh (FMA engine) where their plan fits, else (and float64) the row-tile
-// kernels of mlp_cuda_tile.cuh over the FMA engine.
+// CUDA SIMT driver of the MLP family (float32 and float64): a readout (one layer, one output) on
+// the streaming kernels of mlp_cuda_readout.cuh (Note [mlp readout]); otherwise float32 on the
+// warp-fused kernels of mlp_cuda_warp_fused*.cuh (FMA engine) where their plan fits, else (and
+// float64) the row-tile kernels of mlp_cuda_tile.cuh over the FMA engine.
+#include "mlp/mlp_cuda_readout.cuh"
 #include "mlp/mlp_cuda_tile.cuh"
 #include "mlp/mlp_cuda_warp_fused_plan.cuh"
 #include "mlp/mlp_drivers.h"
@@ -22,12 +24,14 @@ decltype(auto) dispatch(const Problem& p, const F& f) {
 }  // namespace
 
 std::size_t forward_workspace_cuda(const Problem& problem) {
+  if (readout::applies(problem)) return 0;
   return dispatch(problem, [&](auto engine) {
     return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::Forward);
   });
 }
 
 std::size_t backward_workspace_cuda(const Problem& problem) {
+  if (readout::applies(problem)) return readout::backward_workspace_bytes(problem);
   return dispatch(problem, [&](auto engine) {
     return fused::workspace_bytes<decltype(engine)>(problem, tile::Entry::Backward);
   });
@@ -40,10 +44,20 @@ std::size_t double_backward_workspace_cuda(const Problem& problem) {
 }
 
 void forward_cuda(const ForwardArgs& args) {
+  if (readout::applies(args.problem)) {
+    return dispatch_float_types(args.problem.op, args.problem.dtype, [&](auto tag) {
+      readout::forward<typename decltype(tag)::type>(args);
+    });
+  }
   dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
 void backward_cuda(const BackwardArgs& args) {
+  if (readout::applies(args.problem)) {
+    return dispatch_float_types(args.problem.op, args.problem.dtype, [&](auto tag) {
+      readout::backward<typename decltype(tag)::type>(args);
+    });
+  }
   dispatch(args.problem, [&](auto engine) { fused::launch<decltype(engine)>(args); });
 }
 
