@@ -72,8 +72,9 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int64_t f = (blockIdx.x - b * blocks_per_tile) * kFilterFrequencies + lane;
   const bool valid = f < F;
   // This thread's slices: group, group + 8, ... (none for a frequency past the end).
-  const int slices =
-      valid && group < s.Z ? static_cast<int>((s.Z - group + kFilterGroups - 1) / kFilterGroups) : 0;
+  const int slices = valid && group < s.Z
+                         ? static_cast<int>((s.Z - group + kFilterGroups - 1) / kFilterGroups)
+                         : 0;
   const SliceWalk<T> u(hu, b, valid ? f : 0, s.X, group), p(hp, b, valid ? f : 0, s.X, group);
   Cx<T> mu[kFilterCached], mp[kFilterCached];
   Gram<T> gram;
