@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/cuda_launch.cuh"
+#include "core/warp.cuh"
 #include "mlp/mlp_drivers.h"
 #include "mlp/mlp_math.h"
 
@@ -19,19 +20,22 @@ namespace fieldfuse::detail::mlp::readout {
 // The warp-fused kernels pad every layer's output width to 16, so a 32 → 1 layer does 16× the
 // products it needs and its backward accumulates 16 rows of dW; on the tomography step's 1.1 M rows
 // that was 0.19 ms forward and 0.43 ms backward on an H100, several times the time to stream x.
-// Here a block takes kRows rows at a time:
-// - each thread owns one row: p = b + Σ_k w_k·x_k (k in order, as the fused FMA path does),
-//   y = σ(p) (forward) or δ = g·σ′(p) (backward, into shared memory);
-// - backward: the block's threads then take (row group, column) pairs so that a warp reads
-//   consecutive columns of a row (coalesced when x is contiguous): grad_x[r, k] = δ_r·w_k, and
-//   each thread sums δ_r·x[r, k] over its rows for dW_k (float32, like the fused path's float32
-//   accumulators); the groups' sums and the δ column sums for db meet in shared memory in a fixed
-//   order, and each block writes its partial (double) to the workspace;
-// - a second kernel sums the blocks' partials in block order (deterministic, no atomics).
+// Here each warp is cut into segments of W lanes (W the power of two >= min(in, 32)), one row per
+// segment, so a warp reads 32/W rows × W consecutive columns at a time (coalesced for a contiguous
+// x); lane c of a segment owns columns c, c + W, ... (at most kMaxInputs / W = 8 of them):
+// - p = b + Σ over the segment's lanes of their Σ_j w_k·x_k, combined by a fixed xor butterfly
+//   (every lane of the segment gets p); y = σ(p) (forward);
+// - backward: δ = g·σ′(p); grad_x[r, k] = δ·w_k; dW_k += δ·x_k from the x the lane still holds;
+//   db += δ once per row. The lanes' dW (and db) are summed across a warp's segments by a fixed
+//   butterfly, across the block's warps in warp order in shared memory, and each block writes its
+//   partial (double) to the workspace; finish_kernel sums the partials in block order with one
+//   fixed warp reduction per column. The grid is a fixed function of the batch, so the bits do not
+//   change between runs.
 constexpr int kThreads = 256;
-constexpr int kRows = kThreads;       ///< rows per block step: one per thread in the dot products
-constexpr int kMaxInputs = kThreads;  ///< widest input the column mapping covers
-constexpr int64_t kMaxBlocks = 1024;  ///< persistent grid (partials: kMaxBlocks·(in + 1) doubles)
+constexpr int kWarps = kThreads / cuda::kWarpSize;
+constexpr int kMaxInputs = 256;               ///< widest input the register tiles cover
+constexpr int kMaxColumns = kMaxInputs / 32;  ///< columns per lane at W = 32
+constexpr int64_t kMaxBlocks = 1024;          ///< persistent grid (partials: blocks·(in + 1))
 
 /// Whether the problem is a readout this path runs: one float32/float64 layer, one output.
 inline bool applies(const Problem& p) {
@@ -39,32 +43,147 @@ inline bool applies(const Problem& p) {
          p.layers[0].in <= kMaxInputs && p.compute_dtype == p.dtype;
 }
 
-inline int64_t blocks_for(int64_t batch) {
-  const int64_t needed = (batch + kRows - 1) / kRows;
+/// log2 of the segment width W.
+inline int segment_log2(int64_t in) {
+  int log2 = 0;
+  while ((int64_t{1} << log2) < in && log2 < 5) ++log2;
+  return log2;
+}
+
+inline int64_t blocks_for(int64_t batch, int64_t in) {
+  const int64_t rows_per_block = int64_t{kWarps} * (cuda::kWarpSize >> segment_log2(in));
+  const int64_t needed = (batch + rows_per_block - 1) / rows_per_block;
   return needed < 1 ? 1 : needed < kMaxBlocks ? needed : kMaxBlocks;
 }
 
 /// Backward workspace: the blocks' partial [in + 1] sums (dW then db), double.
 inline std::size_t backward_workspace_bytes(const Problem& p) {
-  return static_cast<std::size_t>(blocks_for(p.batch) * (p.layers[0].in + 1)) * sizeof(double);
+  const int64_t in = p.layers[0].in;
+  return static_cast<std::size_t>(blocks_for(p.batch, in) * (in + 1)) * sizeof(double);
 }
 
 template <class T>
 struct Readout {
   int64_t batch = 0, in = 0;
+  int log2_w = 0;  ///< segment width W = 1 << log2_w
   const T* x = nullptr;
   int64_t x_row = 0, x_col = 0;
   const T* w = nullptr;
   int64_t w_stride = 0;
   const T* b = nullptr;  ///< null: no bias
-
-  __device__ FF_FORCE_INLINE T pre_activation(int64_t row) const {
-    const T* xr = x + row * x_row;
-    T p = b != nullptr ? *b : T(0);
-    for (int64_t k = 0; k < in; ++k) p += w[k * w_stride] * xr[k * x_col];
-    return p;
-  }
 };
+
+/// One lane's place: its segment's first row this step and its column offset c.
+struct SegmentLane {
+  int64_t first_row, row_step;  ///< this lane's first row, and the grid's rows per step
+  int c;
+};
+
+template <class T>
+__device__ FF_FORCE_INLINE SegmentLane segment_lane(const Readout<T>& r) {
+  const int lane = cuda::lane_id(), rows_per_warp = cuda::kWarpSize >> r.log2_w;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / cuda::kWarpSize;
+  return {warp * rows_per_warp + (lane >> r.log2_w),
+          static_cast<int64_t>(gridDim.x) * kWarps * rows_per_warp, lane & ((1 << r.log2_w) - 1)};
+}
+
+/// Loads this lane's x_k (0 past the row's end or the batch) and returns its Σ_j w_k·x_k.
+template <class T>
+__device__ FF_FORCE_INLINE T lane_dot(const Readout<T>& r, int64_t row, int c, T (&x)[kMaxColumns],
+                                      const T (&w)[kMaxColumns]) {
+  T partial = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxColumns; ++j) {
+    const int64_t k = c + (int64_t{j} << r.log2_w);
+    x[j] = row < r.batch && k < r.in ? r.x[row * r.x_row + k * r.x_col] : T(0);
+    partial += w[j] * x[j];
+  }
+  return partial;
+}
+
+template <class T>
+__device__ FF_FORCE_INLINE void load_weights(const Readout<T>& r, int c, T (&w)[kMaxColumns]) {
+#pragma unroll
+  for (int j = 0; j < kMaxColumns; ++j) {
+    const int64_t k = c + (int64_t{j} << r.log2_w);
+    w[j] = k < r.in ? r.w[k * r.w_stride] : T(0);
+  }
+}
+
+template <class T, class Act>
+__global__ void __launch_bounds__(kThreads) forward_kernel(Readout<T> r, Act act, T* out) {
+  const SegmentLane at = segment_lane(r);
+  T w[kMaxColumns], x[kMaxColumns];
+  load_weights(r, at.c, w);
+  const T bias = r.b != nullptr ? *r.b : T(0);
+  // Whole warps run every step (the butterfly needs all lanes): rows past the batch load zeros.
+  const int64_t warp_first = at.first_row - (cuda::lane_id() >> r.log2_w);
+  for (int64_t step = 0; warp_first + step < r.batch; step += at.row_step) {
+    const int64_t row = at.first_row + step;
+    const T p = bias + cuda::group_sum(lane_dot(r, row, at.c, x, w), r.log2_w);
+    if (at.c == 0 && row < r.batch) out[row] = act.value(p);
+  }
+}
+
+template <class T, class Act>
+__global__ void __launch_bounds__(kThreads)
+    backward_kernel(Readout<T> r, Act act, MatrixView grad_out, T* grad_x, double* partials) {
+  __shared__ T warp_sums[kWarps][kMaxInputs + 1];
+  const SegmentLane at = segment_lane(r);
+  T w[kMaxColumns], x[kMaxColumns], dw[kMaxColumns] = {}, db = 0;
+  load_weights(r, at.c, w);
+  const T bias = r.b != nullptr ? *r.b : T(0);
+  const T* g = static_cast<const T*>(grad_out.data);
+  const int64_t warp_first = at.first_row - (cuda::lane_id() >> r.log2_w);
+  for (int64_t step = 0; warp_first + step < r.batch; step += at.row_step) {
+    const int64_t row = at.first_row + step;
+    const T p = bias + cuda::group_sum(lane_dot(r, row, at.c, x, w), r.log2_w);
+    const T delta = row < r.batch ? g[row * grad_out.stride_row] * act.d1(p) : T(0);
+#pragma unroll
+    for (int j = 0; j < kMaxColumns; ++j) {
+      const int64_t k = at.c + (int64_t{j} << r.log2_w);
+      dw[j] += delta * x[j];
+      if (grad_x != nullptr && row < r.batch && k < r.in) grad_x[row * r.in + k] = delta * w[j];
+    }
+    if (at.c == 0) db += delta;
+  }
+  // Across the warp's segments (lanes with the same c), then across warps in warp order.
+  const int warp = static_cast<int>(threadIdx.x / cuda::kWarpSize);
+#pragma unroll
+  for (int j = 0; j < kMaxColumns; ++j) {
+    for (int offset = 1 << r.log2_w; offset < cuda::kWarpSize; offset <<= 1) {
+      dw[j] += __shfl_xor_sync(cuda::kFullWarp, dw[j], offset);
+    }
+    const int64_t k = at.c + (int64_t{j} << r.log2_w);
+    if (cuda::lane_id() == at.c && k < r.in) warp_sums[warp][k] = dw[j];
+  }
+  db = cuda::warp_sum(db);  // lanes with c != 0 hold 0
+  if (cuda::lane_id() == 0) warp_sums[warp][r.in] = db;
+  __syncthreads();
+  double* out = partials + static_cast<int64_t>(blockIdx.x) * (r.in + 1);
+  for (int64_t k = threadIdx.x; k <= r.in; k += kThreads) {
+    double sum = 0;
+    for (int q = 0; q < kWarps; ++q) sum += static_cast<double>(warp_sums[q][k]);
+    out[k] = sum;
+  }
+}
+
+/// dW_k and db from the blocks' partials: one warp per column, lanes over blocks, a fixed
+/// butterfly.
+template <class T>
+__global__ void finish_kernel(const double* partials, int64_t blocks, int64_t in, T* grad_w,
+                              T* grad_b) {
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / cuda::kWarpSize;
+  if (column > in) return;  // whole warps leave together
+  double sum = 0;
+  for (int64_t q = cuda::lane_id(); q < blocks; q += cuda::kWarpSize) {
+    sum += partials[q * (in + 1) + column];
+  }
+  sum = cuda::warp_sum(sum);
+  if (cuda::lane_id() != 0) return;
+  if (column < in && grad_w != nullptr) grad_w[column] = static_cast<T>(sum);
+  if (column == in && grad_b != nullptr) *grad_b = static_cast<T>(sum);
+}
 
 template <class T>
 Readout<T> readout_of(const Problem& p, const MatrixView& x) {
@@ -72,6 +191,7 @@ Readout<T> readout_of(const Problem& p, const MatrixView& x) {
   Readout<T> r;
   r.batch = p.batch;
   r.in = layer.in;
+  r.log2_w = segment_log2(layer.in);
   r.x = static_cast<const T*>(x.data);
   r.x_row = x.stride_row;
   r.x_col = x.stride_col;
@@ -79,75 +199,6 @@ Readout<T> readout_of(const Problem& p, const MatrixView& x) {
   r.w_stride = layer.weight_stride_in;
   r.b = static_cast<const T*>(layer.bias);
   return r;
-}
-
-template <class T, class Act>
-__global__ void __launch_bounds__(kThreads) forward_kernel(Readout<T> r, Act act, T* out) {
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; row < r.batch;
-       row += static_cast<int64_t>(gridDim.x) * kThreads) {
-    out[row] = act.value(r.pre_activation(row));
-  }
-}
-
-template <class T, class Act>
-__global__ void __launch_bounds__(kThreads)
-    backward_kernel(Readout<T> r, Act act, MatrixView grad_out, T* grad_x, double* partials) {
-  __shared__ T delta[kRows];
-  __shared__ T column_sums[kThreads];
-  __shared__ T delta_sums[kThreads];
-  const int64_t in = r.in;
-  const int groups = static_cast<int>(kThreads / in);  // >= 1: in <= kMaxInputs
-  const int group = static_cast<int>(threadIdx.x / in), k = static_cast<int>(threadIdx.x % in);
-  const bool column_thread = group < groups;
-  const T w_k = column_thread ? r.w[k * r.w_stride] : T(0);
-  const T* g = static_cast<const T*>(grad_out.data);
-  T dw = 0, db = 0;
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * kRows; first < r.batch;
-       first += static_cast<int64_t>(gridDim.x) * kRows) {
-    const int64_t row = first + threadIdx.x;
-    T d = 0;
-    if (row < r.batch) d = g[row * grad_out.stride_row] * act.d1(r.pre_activation(row));
-    delta[threadIdx.x] = d;
-    db += d;
-    __syncthreads();
-    if (column_thread) {
-      const int rows = static_cast<int>(r.batch - first < kRows ? r.batch - first : kRows);
-      for (int i = group; i < rows; i += groups) {
-        const T d_i = delta[i];
-        const int64_t row_i = first + i;
-        dw += d_i * r.x[row_i * r.x_row + k * r.x_col];
-        if (grad_x != nullptr) grad_x[row_i * in + k] = d_i * w_k;
-      }
-    }
-    __syncthreads();  // delta is rewritten by the next step
-  }
-  column_sums[threadIdx.x] = dw;
-  delta_sums[threadIdx.x] = db;
-  __syncthreads();
-  // Fixed order: column k sums its groups 0, 1, ...; db sums the threads 0, 1, ...
-  double* out = partials + static_cast<int64_t>(blockIdx.x) * (in + 1);
-  for (int64_t c = threadIdx.x; c < in; c += kThreads) {
-    double sum = 0;
-    for (int q = 0; q < groups; ++q) sum += static_cast<double>(column_sums[q * in + c]);
-    out[c] = sum;
-  }
-  if (threadIdx.x == 0) {
-    double sum = 0;
-    for (int t = 0; t < kThreads; ++t) sum += static_cast<double>(delta_sums[t]);
-    out[in] = sum;
-  }
-}
-
-/// dW_k and db from the blocks' partials, summed in block order.
-template <class T>
-__global__ void finish_kernel(const double* partials, int64_t blocks, int64_t in, T* grad_w,
-                              T* grad_b) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c > in) return;
-  double sum = 0;
-  for (int64_t q = 0; q < blocks; ++q) sum += partials[q * (in + 1) + c];
-  if (c < in && grad_w != nullptr) grad_w[c] = static_cast<T>(sum);
-  if (c == in && grad_b != nullptr) *grad_b = static_cast<T>(sum);
 }
 
 template <class T>
@@ -159,7 +210,7 @@ void forward(const ForwardArgs& a) {
   const cudaStream_t stream = static_cast<cudaStream_t>(a.stream.handle);
   const Readout<T> r = readout_of<T>(p, a.x);
   visit_activation<T>(p.output_activation, p.params, [&](auto act) {
-    forward_kernel<<<static_cast<unsigned>(blocks_for(p.batch)), kThreads, 0, stream>>>(
+    forward_kernel<<<static_cast<unsigned>(blocks_for(p.batch, r.in)), kThreads, 0, stream>>>(
         r, act, static_cast<T*>(a.out));
   });
   cuda::check_launch(p.op, "mlp readout forward_kernel", stream);
@@ -172,7 +223,7 @@ void backward(const BackwardArgs& a) {
   cuda::ProfileRange range(p.op);
   cuda::DeviceGuard guard(p.device.index, p.op);
   const cudaStream_t stream = static_cast<cudaStream_t>(a.stream.handle);
-  const int64_t blocks = blocks_for(p.batch), in = layer.in;
+  const int64_t blocks = blocks_for(p.batch, layer.in), in = layer.in;
   auto* partials = static_cast<double*>(a.workspace);
   const Readout<T> r = readout_of<T>(p, a.x);
   // With no rows each block's partial is written as zero, so the sums are 0 (the contract).
@@ -182,7 +233,7 @@ void backward(const BackwardArgs& a) {
   });
   cuda::check_launch(p.op, "mlp readout backward_kernel", stream);
   if (layer.grad_weight == nullptr && layer.grad_bias == nullptr) return;
-  finish_kernel<T><<<static_cast<unsigned>((in + 1 + 127) / 128), 128, 0, stream>>>(
+  finish_kernel<T><<<static_cast<unsigned>((in + 1 + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
       partials, blocks, in, static_cast<T*>(layer.grad_weight), static_cast<T*>(layer.grad_bias));
   cuda::check_launch(p.op, "mlp readout finish_kernel", stream);
 }
