@@ -216,6 +216,21 @@ struct RayStage {
   }
 };
 
+/// The valid samples of a padded row: they are a prefix of its `capacity` slots, so a binary
+/// search finds their count in log2(S) loads (a linear scan costs up to S dependent loads).
+FF_HOST_DEVICE FF_FORCE_INLINE int64_t valid_prefix(const bool* row, int64_t capacity) {
+  int64_t low = 0, high = capacity;
+  while (low < high) {
+    const int64_t mid = (low + high) / 2;
+    if (row[mid]) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  return low;
+}
+
 /// Tap points [0, N): a valid sample of a drawn ray (valid samples fill a padded row's front),
 /// or, for a ray that misses the box, a uniform point of the box. Detached: no pose gradient.
 template <class T>
@@ -230,8 +245,7 @@ struct TapStage {
   FF_HOST_DEVICE void operator()(int64_t i) const {
     const uint64_t counter = static_cast<uint64_t>(step[0]);
     const int64_t r = random_index(random_bits(seed, kDrawTapRay, counter, i), rays);
-    int64_t count = 0;
-    while (count < capacity && valid[r * capacity + count]) ++count;
+    const int64_t count = valid_prefix(valid + r * capacity, capacity);
     const uint64_t bits = random_bits(seed, kDrawTapSample, counter, i);
     if (count > 0) {
       const T* p = points + 3 * (r * capacity + random_index(bits, count));
@@ -269,16 +283,7 @@ struct SpreadPaddingStage {
   FF_HOST_DEVICE void operator()(int64_t i) const {
     if (valid[i]) return;
     const int64_t row = i - i % capacity;
-    // The first invalid slot of the row: a binary search over the valid prefix.
-    int64_t low = 0, high = capacity;
-    while (low < high) {
-      const int64_t mid = (low + high) / 2;
-      if (valid[row + mid]) {
-        low = mid + 1;
-      } else {
-        high = mid;
-      }
-    }
+    const int64_t low = valid_prefix(valid + row, capacity);
     if (low == 0) return;  // the ray misses the box: nothing to copy
     const int64_t source = row + (i - row) % low;
     for (int a = 0; a < 3; ++a) points[3 * i + a] = points[3 * source + a];
@@ -338,16 +343,16 @@ struct TermStage {
   FF_HOST_DEVICE void operator()(int64_t i) const {
     T* row = terms + kTermColumns * i;
     if (i < rays) {
-      T sum = T(0), count = T(0);
-      for (int64_t s = 0; s < capacity; ++s) {
-        if (valid[i * capacity + s]) {
-          sum += rho[i * capacity + s];
-          count += T(1);
-        }
-      }
+      // The same order as a masked loop over the row, without a branch per slot, so the loads
+      // can be in flight together.
+      const int64_t count = valid_prefix(valid + i * capacity, capacity);
+      const T* samples = rho + i * capacity;
+      T sum = T(0);
+#pragma unroll 8
+      for (int64_t s = 0; s < count; ++s) sum += samples[s];
       row[0] = pred[i] - targets[i];
       row[1] = sum;
-      row[2] = count;
+      row[2] = T(count);
     } else {
       row[0] = tap_tv(rho + rays * capacity + (i - rays), taps, h, T(0), static_cast<T*>(nullptr));
       row[1] = T(0);
