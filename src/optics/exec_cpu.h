@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CPU execution policy of the optics pipelines (see optics/transfer_pipeline.h): OpenMP loops,
-// reductions summed in index order per row, and Eigen's FFT.
+// The CPU execution policy of the optics pipelines (transfer_pipeline.h, tiles_pipeline.h,
+// inverse_pipeline.h): OpenMP loops, reductions summed in index order per row, and Eigen's FFT.
 #pragma once
 
 #include <complex>
@@ -13,9 +13,11 @@
 namespace fieldfuse::detail::optics {
 
 struct CpuExec {
+  /// f(i) for i in [0, n); `work` is the cost of one index in flop-sized units (parallel_for's
+  /// grain: small calls stay on one thread).
   template <class F>
-  void for_each(int64_t n, const F& f) const {
-    parallel_for(0, n, 64, [&](int64_t i) { f(i); });
+  void for_each(int64_t n, const F& f, int64_t work = 64) const {
+    parallel_for(0, n, work, [&](int64_t i) { f(i); });
   }
 
   template <int W, class F, class T>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CUDA execution policy of the optics pipelines (see optics/transfer_pipeline.h): the core's
-// grid-stride launch (core/for_each.cuh) for elementwise functors, one block per row for
-// reductions (a fixed-order tree, so results do not depend on scheduling), and cuFFT plans from
-// the process-wide cache.
+// The CUDA execution policy of the optics pipelines (transfer_pipeline.h, tiles_pipeline.h,
+// inverse_pipeline.h): the core's grid-stride launch (core/for_each.cuh) for elementwise
+// functors, one block per row for reductions (a fixed-order tree, so results do not depend on
+// scheduling), and cuFFT plans from the process-wide cache.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,8 +41,9 @@ class CudaExec {
   CudaExec(const char* op, Stream stream)
       : op_(op), stream_(stream), raw_(static_cast<cudaStream_t>(stream.handle)) {}
 
+  /// f(i) for i in [0, n) (the CPU's cost hint is not needed here).
   template <class F>
-  void for_each(int64_t n, const F& f) const {
+  void for_each(int64_t n, const F& f, int64_t /*work*/ = 0) const {
     cuda::for_each(op_, "optics for_each_kernel", n, raw_, f);
   }
 
@@ -52,6 +53,9 @@ class CudaExec {
     reduce_rows_kernel<W, T><<<static_cast<unsigned>(rows), kExecThreads, 0, raw_>>>(f, n, out);
     cuda::check_launch(op_, "reduce_rows_kernel", raw_);
   }
+
+  const char* op() const { return op_; }
+  cudaStream_t native() const { return raw_; }
 
   template <class T>
   void fft(Complex<T>* data, const fft::FftLayout& layout, bool inverse) const {

@@ -1,41 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU driver of the optics inverses, loss and forward model: inverse_pipeline.h over parallel_for
-// (static schedule, per-index results) and the Eigen FFT layer, so results never depend on the
-// thread count.
-#include <complex>
+// CPU driver of the optics inverses, loss and forward model: inverse_pipeline.h over the family's
+// CPU policy (exec_cpu.h: parallel_for with a static schedule and per-index results, the Eigen FFT
+// layer), so results never depend on the thread count.
 #include <cstdint>
 
 #include "core/dispatch.h"
-#include "core/parallel.h"
-#include "optics/fft.h"
+#include "optics/exec_cpu.h"
 #include "optics/inverse_drivers.h"
 #include "optics/inverse_pipeline.h"
 
 namespace fieldfuse::detail::optics {
 namespace {
-
-struct CpuExec {
-  template <class F>
-  void for_each(int64_t count, int64_t work, const F& f) const {
-    parallel_for(0, count, work, f);
-  }
-
-  /// One slice per index, summed left to right.
-  template <class Term>
-  void slice_sums(int64_t slices, int64_t length, const Term& term, double* out) const {
-    parallel_for(0, slices, length, [&](int64_t s) {
-      double sum = 0.0;
-      for (int64_t i = 0; i < length; ++i) sum += term(s, i);
-      out[s] = sum;
-    });
-  }
-
-  template <class T>
-  void fft(Cx<T>* data, const fft::FftLayout& layout, bool inverse) const {
-    // Cx<T> and std::complex<T> are both the (real, imaginary) pair (inverse_math.h).
-    fft::fft_cpu<T>(reinterpret_cast<std::complex<T>*>(data), layout, inverse);
-  }
-};
 
 template <class Args, class Run>
 void dispatch(const Args& a, const Run& run) {

@@ -1,38 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA driver of the optics inverses, loss and forward model: inverse_pipeline.h over the
-// grid-stride elementwise kernel of core/for_each.cuh, a one-block-per-slice ordered sum (CUB's
-// block reduction, fixed order: no atomics) and cuFFT plans made for the call on its stream.
+// CUDA driver of the optics inverses, loss and forward model: inverse_pipeline.h over the family's
+// CUDA policy (exec_cuda.cuh: grid-stride elementwise kernels, one-block-per-row ordered sums, the
+// cached cuFFT plans), and the block-cooperative kernel of the closed-form filter.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cub/block/block_reduce.cuh>
 
 #include "core/cuda_launch.cuh"
-#include "core/for_each.cuh"
-#include "optics/fft.h"
+#include "optics/exec_cuda.cuh"
 #include "optics/inverse_drivers.h"
 #include "optics/inverse_pipeline.h"
 
 namespace fieldfuse::detail::optics {
 namespace {
 
-constexpr int kThreads = cuda::kForEachThreads;
-
-/// out[s] = Σ_i term(s, i): one block per slice, each thread a fixed strided share, then CUB's
-/// block sum (a fixed tree), so the bits do not change between runs.
-template <class Term>
-__global__ void __launch_bounds__(kThreads)
-    slice_sums_kernel(int64_t slices, int64_t length, Term term, double* out) {
-  using BlockSum = cub::BlockReduce<double, kThreads>;
-  __shared__ typename BlockSum::TempStorage scratch;
-  for (int64_t s = blockIdx.x; s < slices; s += gridDim.x) {
-    double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < length; i += kThreads) sum += term(s, i);
-    const double total = BlockSum(scratch).Sum(sum);
-    if (threadIdx.x == 0) out[s] = total;
-    __syncthreads();  // the scratch is reused by the next slice
-  }
-}
+constexpr int kThreads = 256;
 
 // Note [filter block]
 // tikhonov_filter reads M and writes G, 2·Z complex numbers each per frequency, and must run at
@@ -118,39 +100,12 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-struct CudaExec {
-  const char* op;
-  DType complex_dtype;
-  Stream stream;
-
-  cudaStream_t native() const { return static_cast<cudaStream_t>(stream.handle); }
-
-  template <class F>
-  void for_each(int64_t count, int64_t /*work*/, const F& f) const {
-    cuda::for_each(op, "optics for_each_kernel", count, native(), f);
-  }
-
-  template <class Term>
-  void slice_sums(int64_t slices, int64_t length, const Term& term, double* out) const {
-    if (slices <= 0) return;
-    const unsigned blocks =
-        static_cast<unsigned>(slices < cuda::kForEachMaxBlocks ? slices : cuda::kForEachMaxBlocks);
-    slice_sums_kernel<<<blocks, kThreads, 0, native()>>>(slices, length, term, out);
-    cuda::check_launch(op, "optics slice_sums_kernel", native());
-  }
-
-  template <class T>
-  void fft(Cx<T>* data, const fft::FftLayout& layout, bool inverse) const {
-    fft::cached_cuda_fft_plan(op, layout, complex_dtype, stream)->execute(data, inverse);
-  }
-};
-
 template <class Args, class Run>
 void dispatch(const Args& a, const Run& run) {
   const Exec& x = a.exec;
   cuda::DeviceGuard guard(x.device.index, x.op);
   cuda::ProfileRange range(x.op);
-  CudaExec e{x.op, x.dtype == DType::Float64 ? DType::Complex128 : DType::Complex64, x.stream};
+  CudaExec e(x.op, x.stream);
   detail::dispatch_float_types(x.op, x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     run(e, T{});
@@ -166,13 +121,13 @@ void run_cuda(const FilterArgs& a) {
     const int64_t blocks = s.B * ((s.plane() + kFilterFrequencies - 1) / kFilterFrequencies);
     if (blocks == 0) return;
     if (blocks > cuda::kMaxGridX) {
-      fail(ErrorKind::NotImplemented, e.op,
+      fail(ErrorKind::NotImplemented, e.op(),
            "not implemented for more than 2^31 - 1 blocks of 32 frequencies");
     }
     tikhonov_filter_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, e.native()>>>(
         a.absorption_tf, a.phase_tf, s, static_cast<T>(a.regularization),
         static_cast<Cx<T>*>(a.filter));
-    cuda::check_launch(e.op, "tikhonov_filter_kernel", e.native());
+    cuda::check_launch(e.op(), "tikhonov_filter_kernel", e.native());
   });
 }
 

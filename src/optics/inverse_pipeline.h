@@ -3,11 +3,9 @@
 // steps (functors calling inverse_math.h / loss_math.h) between batched FFTs. inverse_cpu.cpp
 // instantiates them with parallel_for and Eigen's FFT, inverse_cuda.cu with kernels and cuFFT.
 //
-// An executor `E` provides
-//   e.for_each(count, work, f)          f(i) for i in [0, count) (work: cost units per index);
-//   e.slice_sums(slices, length, t, out)  out[s] = Σ_{i < length} t(s, i) in double, in a fixed
-//                                        order (deterministic);
-//   e.fft(Cx<T>* data, layout, inverse)  the layer of fft.h (unnormalised both ways).
+// The executor is the optics family's execution policy (exec_cpu.h, exec_cuda.cuh): for_each with
+// a cost hint, the fixed-order per-row reduce behind slice_sums below, and the FFT layer of fft.h
+// (unnormalised both ways).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +29,21 @@ template <class T>
 FF_HOST_DEVICE inline Cx<T> read_cx(const View& v, int64_t b, int64_t z, int64_t f, int64_t X) {
   return static_cast<const Cx<T>*>(v.data)[b * v.strides[0] + z * v.strides[1] +
                                            (f / X) * v.strides[2] + (f % X) * v.strides[3]];
+}
+
+/// Adds term(s, i) into a one-wide row sum (the reduce of the execution policies).
+template <class Term>
+struct SumOfTerms {
+  Term term;
+  FF_HOST_DEVICE void operator()(int64_t s, int64_t i, double (&acc)[1]) const {
+    acc[0] += term(s, i);
+  }
+};
+
+/// out[s] = Σ_{i < length} term(s, i) in double, in the policy's fixed order (deterministic).
+template <class E, class Term>
+void slice_sums(const E& e, int64_t slices, int64_t length, const Term& term, double* out) {
+  e.template reduce<1>(slices, length, SumOfTerms<Term>{term}, out);
 }
 
 /// The elements along z of a complex [B, Z, Y, X] view at one (tile, frequency), with the
@@ -355,9 +368,10 @@ constexpr int64_t kPointWork = 8;
 template <class T, class E>
 void run_filter(E& e, const FilterArgs& a) {
   const Shape& s = a.shape;
-  e.for_each(s.B * s.plane(), 16 * s.Z,
+  e.for_each(s.B * s.plane(),
              FilterStep<T>{a.absorption_tf, a.phase_tf, s, static_cast<T>(a.regularization),
-                           static_cast<Cx<T>*>(a.filter)});
+                           static_cast<Cx<T>*>(a.filter)},
+             16 * s.Z);
 }
 
 /// X̂ = FFT2[x̃] into a.spectra, with the slices' Σx in a.sums when normalising.
@@ -365,10 +379,10 @@ template <class T, class E>
 void data_spectra(E& e, const InverseArgs& a) {
   const Shape& s = a.shape;
   const int64_t F = s.plane();
-  if (a.normalize) e.slice_sums(s.B * s.Z, F, SliceTerm<T>{a.data, s, nullptr}, a.sums);
+  if (a.normalize) slice_sums(e, s.B * s.Z, F, SliceTerm<T>{a.data, s, nullptr}, a.sums);
   auto* spectra = static_cast<Cx<T>*>(a.spectra);
-  e.for_each(s.B * s.Z * F, kPointWork,
-             GatherReal<T>{a.data, s, a.normalize ? a.sums : nullptr, spectra});
+  e.for_each(s.B * s.Z * F, GatherReal<T>{a.data, s, a.normalize ? a.sums : nullptr, spectra},
+             kPointWork);
   e.fft(spectra, planes(s.B * s.Z, s), false);
 }
 
@@ -378,13 +392,15 @@ void run_inverse(E& e, const InverseArgs& a) {
   const int64_t F = s.plane();
   data_spectra<T>(e, a);
   auto* outputs = static_cast<Cx<T>*>(a.outputs);
-  e.for_each(s.B * F, 16 * s.Z,
+  e.for_each(s.B * F,
              SolveStep<T>{a.absorption_tf, a.phase_tf, s, static_cast<T>(a.regularization),
-                          static_cast<const Cx<T>*>(a.spectra), outputs});
+                          static_cast<const Cx<T>*>(a.spectra), outputs},
+             16 * s.Z);
   e.fft(outputs, planes(2 * s.B, s), true);
-  e.for_each(s.B * F, kPointWork,
+  e.for_each(s.B * F,
              ExtractPair<T>{outputs, F, static_cast<T>(1.0 / static_cast<double>(F)),
-                            static_cast<T*>(a.absorption), static_cast<T*>(a.phase)});
+                            static_cast<T*>(a.absorption), static_cast<T*>(a.phase)},
+             kPointWork);
 }
 
 template <class T, class E>
@@ -395,22 +411,24 @@ void run_inverse_backward(E& e, const InverseArgs& a) {
   data_spectra<T>(e, a);
   auto* spectra = static_cast<Cx<T>*>(a.spectra);
   auto* grads = static_cast<Cx<T>*>(a.outputs);
-  e.for_each(s.B * F, kPointWork, GatherPair<T>{a.grad_absorption, a.grad_phase, s, grads});
+  e.for_each(s.B * F, GatherPair<T>{a.grad_absorption, a.grad_phase, s, grads}, kPointWork);
   e.fft(grads, planes(2 * s.B, s), false);
   const int64_t tiles = a.shared_tf && tf_grads ? s.B : 1;
   if (s.B > 0) {
-    e.for_each((s.B / tiles) * F, 24 * s.Z * tiles,
+    e.for_each((s.B / tiles) * F,
                AdjointStep<T>{a.absorption_tf, a.phase_tf, s, static_cast<T>(a.regularization),
                               spectra, grads, static_cast<T>(1.0 / static_cast<double>(F)),
                               static_cast<Cx<T>*>(a.grad_absorption_tf),
-                              static_cast<Cx<T>*>(a.grad_phase_tf), a.grad_data != nullptr, tiles});
+                              static_cast<Cx<T>*>(a.grad_phase_tf), a.grad_data != nullptr, tiles},
+               24 * s.Z * tiles);
   }
   if (a.grad_data == nullptr) return;
   e.fft(spectra, planes(s.B * s.Z, s), true);
-  if (a.normalize) e.slice_sums(s.B * s.Z, F, SliceTerm<T>{a.data, s, spectra}, a.sums2);
-  e.for_each(s.B * s.Z * F, kPointWork,
+  if (a.normalize) slice_sums(e, s.B * s.Z, F, SliceTerm<T>{a.data, s, spectra}, a.sums2);
+  e.for_each(s.B * s.Z * F,
              DataGradStep<T>{spectra, s, a.normalize ? a.sums : nullptr, a.sums2,
-                             static_cast<T*>(a.grad_data)});
+                             static_cast<T*>(a.grad_data)},
+             kPointWork);
 }
 
 template <class T, class E>
@@ -421,30 +439,31 @@ void run_inverse_3d(E& e, const Inverse3dArgs& a, bool backward) {
   const T scale = static_cast<T>(1.0 / static_cast<double>(volume));
   auto* spectra = static_cast<Cx<T>*>(a.spectra);
   if (!backward) {
-    e.for_each(s.B * volume, kPointWork, GatherReal<T>{a.data, s, nullptr, spectra});
+    e.for_each(s.B * volume, GatherReal<T>{a.data, s, nullptr, spectra}, kPointWork);
     e.fft(spectra, volumes(s), false);
-    e.for_each(s.B * volume, kPointWork,
-               Filter3dStep<T>{a.transfer_function, s, lambda, scale, spectra});
+    e.for_each(s.B * volume, Filter3dStep<T>{a.transfer_function, s, lambda, scale, spectra},
+               kPointWork);
     e.fft(spectra, volumes(s), true);
-    e.for_each(s.B * volume, kPointWork,
-               ExtractReal<T>{spectra, T(1), T(0), static_cast<T*>(a.out)});
+    e.for_each(s.B * volume, ExtractReal<T>{spectra, T(1), T(0), static_cast<T*>(a.out)},
+               kPointWork);
     return;
   }
   auto* grads = static_cast<Cx<T>*>(a.grad_spectra);
   if (a.grad_transfer_function != nullptr) {
-    e.for_each(s.B * volume, kPointWork, GatherReal<T>{a.data, s, nullptr, spectra});
+    e.for_each(s.B * volume, GatherReal<T>{a.data, s, nullptr, spectra}, kPointWork);
     e.fft(spectra, volumes(s), false);
   }
-  e.for_each(s.B * volume, kPointWork, GatherReal<T>{a.grad_out, s, nullptr, grads});
+  e.for_each(s.B * volume, GatherReal<T>{a.grad_out, s, nullptr, grads}, kPointWork);
   e.fft(grads, volumes(s), false);
   e.for_each(
-      volume, 24 * s.B,
+      volume,
       Adjoint3dStep<T>{a.transfer_function, s, lambda, scale, spectra, grads,
-                       static_cast<Cx<T>*>(a.grad_transfer_function), a.grad_data != nullptr});
+                       static_cast<Cx<T>*>(a.grad_transfer_function), a.grad_data != nullptr},
+      24 * s.B);
   if (a.grad_data == nullptr) return;
   e.fft(grads, volumes(s), true);
-  e.for_each(s.B * volume, kPointWork,
-             ExtractReal<T>{grads, T(1), T(0), static_cast<T*>(a.grad_data)});
+  e.for_each(s.B * volume, ExtractReal<T>{grads, T(1), T(0), static_cast<T*>(a.grad_data)},
+             kPointWork);
 }
 
 template <class T, class E>
@@ -453,17 +472,17 @@ void run_midband(E& e, const MidbandArgs& a, bool backward) {
   const int64_t F = s.plane();
   const MidbandAnnulus annulus{a.pixel_size, a.low_squared, a.high_squared};
   auto* spectra = static_cast<Cx<T>*>(a.spectra);
-  e.for_each(s.B * F, kPointWork, GatherReal<T>{a.images, s, nullptr, spectra});
+  e.for_each(s.B * F, GatherReal<T>{a.images, s, nullptr, spectra}, kPointWork);
   e.fft(spectra, planes(s.B, s), false);
   if (!backward) {
-    e.slice_sums(s.B, F, MidbandTerm<T>{spectra, s, annulus}, a.sums);
-    e.for_each(s.B, 1, MidbandFinish<T>{a.sums, a.mask_count, static_cast<T*>(a.out)});
+    slice_sums(e, s.B, F, MidbandTerm<T>{spectra, s, annulus}, a.sums);
+    e.for_each(s.B, MidbandFinish<T>{a.sums, a.mask_count, static_cast<T*>(a.out)}, 1);
     return;
   }
-  e.for_each(s.B * F, kPointWork, MidbandAdjoint<T>{a.grad_out, s, annulus, a.mask_count, spectra});
+  e.for_each(s.B * F, MidbandAdjoint<T>{a.grad_out, s, annulus, a.mask_count, spectra}, kPointWork);
   e.fft(spectra, planes(s.B, s), true);
-  e.for_each(s.B * F, kPointWork,
-             ExtractReal<T>{spectra, T(1), T(0), static_cast<T*>(a.grad_images)});
+  e.for_each(s.B * F, ExtractReal<T>{spectra, T(1), T(0), static_cast<T*>(a.grad_images)},
+             kPointWork);
 }
 
 template <class T, class E>
@@ -472,13 +491,14 @@ void run_forward_model(E& e, const ForwardModelArgs& a) {
   const int64_t F = s.plane();
   auto* objects = static_cast<Cx<T>*>(a.objects);
   auto* spectra = static_cast<Cx<T>*>(a.spectra);
-  e.for_each(s.B * F, kPointWork, GatherPair<T>{a.absorption, a.phase, s, objects});
+  e.for_each(s.B * F, GatherPair<T>{a.absorption, a.phase, s, objects}, kPointWork);
   e.fft(objects, planes(2 * s.B, s), false);
-  e.for_each(s.B * s.Z * F, 16, ModelStep<T>{a.absorption_tf, a.phase_tf, s, objects, spectra});
+  e.for_each(s.B * s.Z * F, ModelStep<T>{a.absorption_tf, a.phase_tf, s, objects, spectra}, 16);
   e.fft(spectra, planes(s.B * s.Z, s), true);
-  e.for_each(s.B * s.Z * F, kPointWork,
+  e.for_each(s.B * s.Z * F,
              ExtractReal<T>{spectra, static_cast<T>(1.0 / static_cast<double>(F)),
-                            static_cast<T>(a.background), static_cast<T*>(a.data)});
+                            static_cast<T>(a.background), static_cast<T*>(a.data)},
+             kPointWork);
 }
 
 }  // namespace fieldfuse::detail::optics
