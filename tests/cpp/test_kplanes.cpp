@@ -1889,7 +1889,8 @@ TEST(PlaneTV, BackwardAccumulateAddsToOldGradient) {
         const std::vector<nk::Level> levels =
             tv_levels(tilts, kSeed + 99, std::is_same<T, float>::value);
         const TvLevels<T> planes = make_tv_levels<T>(levels, tv_layout(layout));
-        const HostTensor<T> go = make_tensor<T>({5}, std::vector<double>{0.7, -1.3, 2.0, 0.4, -0.9});
+        const HostTensor<T> go =
+            make_tensor<T>({5}, std::vector<double>{0.7, -1.3, 2.0, 0.4, -0.9});
         const Layout& grad_layout = tv_layout((layout + 2) % 3);
         const TvLevels<T> fresh = make_tv_levels<T>(levels, grad_layout, false);
         fieldfuse::plane_tv_backward(planes.refs.data(), 5, tilts, PlaneTVNorm::PerCell, go.ref,
@@ -1908,8 +1909,8 @@ TEST(PlaneTV, BackwardAccumulateAddsToOldGradient) {
           for (size_t e = 0; e < got.size(); ++e) {
             const T want = static_cast<T>(old_levels[l].values[e]) + static_cast<T>(gradient[e]);
             if (static_cast<T>(got[e]) != want && reported++ < 5)
-              ADD_FAILURE() << "grad_planes[" << l << "][" << e << "]: got " << got[e]
-                            << ", want " << want;
+              ADD_FAILURE() << "grad_planes[" << l << "][" << e << "]: got " << got[e] << ", want "
+                            << want;
           }
         }
       }
