@@ -174,8 +174,13 @@ void plane_tv_forward(const TensorRef* planes, int num_levels, int num_tilts, Pl
                       const TensorRef& out, void* workspace, std::size_t workspace_bytes,
                       Stream stream = {});
 
-/// `grad_planes[l] = grad_out[l] · ∂level_l/∂planes[l]` (any strides of their own).
+/// `grad_planes[l] = grad_out[l] · ∂level_l/∂planes[l]` (any strides of their own), or with
+/// `accumulate` `grad_planes[l] += grad_out[l] · ∂level_l/∂planes[l]` (16-bit gradients are added
+/// in float32 and rounded once), so a caller can add the TV gradient straight into a parameter's
+/// gradient. Every element of grad_planes is written; without `accumulate` its old content is
+/// never read. Deterministic (each element gathers its own neighbours; no atomics).
 void plane_tv_backward(const TensorRef* planes, int num_levels, int num_tilts, PlaneTVNorm norm,
-                       const TensorRef& grad_out, const TensorRef* grad_planes, Stream stream = {});
+                       const TensorRef& grad_out, const TensorRef* grad_planes, Stream stream = {},
+                       bool accumulate = false);
 
 }  // namespace fieldfuse

@@ -435,7 +435,6 @@ KPlanesReconstruction::KPlanesReconstruction(const TensorRef& stack, const doubl
   s.grad_origins = make(3 * R, e);
   s.grad_directions = make(3 * R, e);
   s.scalars.zero(stream);
-  for (int64_t l = 0; l < s.levels; ++l) s.plane_tv_grads.push_back(make(s.params[l].numel(), e));
   {
     // Padded rays: ray r's samples are rows [r·S, (r+1)·S) of the flattened per-sample tensors.
     std::vector<int64_t> offsets(std::size_t(R + 1));
@@ -671,16 +670,10 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
       pose_on ? &grad_pts : nullptr, nullptr, &grad_rot, grad_planes.data(), options.deterministic,
       kplanes_backward_ws.data(), kplanes_backward_bytes, stream);
   if (plane_term) {
-    std::vector<TensorRef> extra;
-    for (int64_t l = 0; l < levels; ++l) extra.push_back(params[l].view(plane_tv_grads[l], dtype));
+    // Added straight into the planes' gradient, which the K-Planes backward has just written.
     plane_tv_backward(planes.data(), L, static_cast<int>(Tt), PlaneTVNorm::Mean,
-                      tensor(plane_tv_weights, {levels}), extra.data(), stream);
-    for (int64_t l = 0; l < levels; ++l) {
-      glue::AddStage<T> add;
-      add.a = params[l].grad.as<T>();
-      add.b = plane_tv_grads[l].as<T>();
-      glue::for_each(device, params[l].numel(), 1, add, stream);
-    }
+                      tensor(plane_tv_weights, {levels}), grad_planes.data(), stream,
+                      /*accumulate=*/true);
   }
   glue::RotationBackwardStage<T> rot_back;
   rot_back.quaternions = rot_p.value.as<T>();

@@ -134,7 +134,6 @@ void CudaGraph::launch(Stream stream) {
   template void cuda_for_each(int64_t, const TermStage<T>&, Stream);                           \
   template void cuda_for_each(int64_t, const SeedStage<T>&, Stream);                           \
   template void cuda_for_each(int64_t, const ResidualSeedStage<T>&, Stream);                   \
-  template void cuda_for_each(int64_t, const AddStage<T>&, Stream);                            \
   template void cuda_for_each(int64_t, const RotationBackwardStage<T>&, Stream);               \
   template void cuda_for_each(int64_t, const PoseBackwardStage<T>&, Stream);                   \
   template void cuda_for_each(int64_t, const VoxelStage<T>&, Stream);                          \

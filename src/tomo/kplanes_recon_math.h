@@ -447,14 +447,6 @@ struct ResidualSeedStage {
   }
 };
 
-/// a[i] += b[i].
-template <class T>
-struct AddStage {
-  T* a = nullptr;
-  const T* b = nullptr;
-  FF_HOST_DEVICE void operator()(int64_t i) const { a[i] += b[i]; }
-};
-
 /// Field rotation t: ∂L/∂q_t from ∂L/∂R_t.
 template <class T>
 struct RotationBackwardStage {

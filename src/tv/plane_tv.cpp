@@ -13,12 +13,16 @@
 // W and whose width is C. Before, a level was a stack of 3T·C [H, W] slices: channels-last rows
 // were read C elements apart (3-4× slower than NCHW, production config, H100), and NCHW ran on
 // the slice path (0.55 ms for the production forward against 0.21 ms for the volume view).
+// On CUDA, a level whose planes are dense rows (plane_rows) skips the volume view for the row
+// kernels of Note [plane_tv rows] in plane_tv_cuda.cu; other layouts, and the CPU, keep it.
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "core/check.h"
 #include "core/volume_view.h"
 #include "fieldfuse/kplanes.h"
+#include "tv/plane_tv_drivers.h"
 #include "tv/tv_drivers.h"
 
 namespace fieldfuse {
@@ -26,6 +30,7 @@ namespace {
 
 using detail::fail;
 using detail::tv::Functional;
+using detail::tv::PlaneRows;
 using detail::tv::ReducePlan;
 
 constexpr const char* kForwardOp = "plane_tv";
@@ -86,22 +91,33 @@ detail::VolumeView level_view(const TensorRef& t, bool inner) {
   return detail::make_volume_view(permuted, 3);
 }
 
-/// level_l = factor_l·(1/T)·[ΣΔH²/(C(H−1)W) + ΣΔW²/(CH(W−1))]. The plane's H and W are the view's
-/// axes 1 and 2 (NCHW; axis 0 is C) or 0 and 1 (channels inner; axis 2 is C); the channel axis's
-/// sum is unused, and an axis of size 1 has no differences and weight 0.
-ReducePlan level_plan(const TensorRef& plane, bool inner, int num_tilts, double factor) {
+/// The weights of a level's ΣΔH² and ΣΔW²:
+/// level_l = factor_l·(1/T)·[ΣΔH²/(C(H−1)W) + ΣΔW²/(CH(W−1))], an axis of size 1 (no differences)
+/// and an empty level weighted 0.
+struct LevelWeights {
+  double h, w;
+};
+
+LevelWeights level_weights(const TensorRef& plane, int num_tilts, double factor) {
   const double c = static_cast<double>(plane.sizes[1]);
   const double h = static_cast<double>(plane.sizes[2]);
   const double w = static_cast<double>(plane.sizes[3]);
+  const bool filled = plane.numel() > 0;
+  return {plane.sizes[2] > 1 && filled ? factor / (num_tilts * c * (h - 1) * w) : 0.0,
+          plane.sizes[3] > 1 && filled ? factor / (num_tilts * c * h * (w - 1)) : 0.0};
+}
+
+/// The plan over the volume view's three per-axis sums. The plane's H and W are the view's axes 1
+/// and 2 (NCHW; axis 0 is C) or 0 and 1 (channels inner; axis 2 is C); the channel axis's sum is
+/// weighted 0.
+ReducePlan volume_plan(const LevelWeights& weights, bool inner) {
   ReducePlan plan;
   plan.num_sums = 3;
   plan.num_outputs = 1;
   const int h_axis = inner ? 0 : 1;
   plan.scale[0] = plan.scale[1] = plan.scale[2] = 0.0;
-  plan.scale[h_axis] =
-      plane.sizes[2] > 1 && plane.numel() > 0 ? factor / (num_tilts * c * (h - 1) * w) : 0.0;
-  plan.scale[h_axis + 1] =
-      plane.sizes[3] > 1 && plane.numel() > 0 ? factor / (num_tilts * c * h * (w - 1)) : 0.0;
+  plan.scale[h_axis] = weights.h;
+  plan.scale[h_axis + 1] = weights.w;
   return plan;
 }
 
@@ -122,9 +138,52 @@ void check_norm(const char* op, PlaneTVNorm norm) {
   }
 }
 
+#if FIELDFUSE_WITH_CUDA
+/// The plan over the row kernels' two sums, ΣΔH² and ΣΔW².
+ReducePlan rows_plan(const LevelWeights& weights) {
+  ReducePlan plan;
+  plan.num_sums = 2;
+  plan.num_outputs = 1;
+  plan.scale[0] = weights.h;
+  plan.scale[1] = weights.w;
+  plan.scale[2] = 0.0;
+  return plan;
+}
+
+/// A level read as dense rows (Note [plane_tv rows] in plane_tv_cuda.cu), if its strides allow:
+/// channels inner, [3T, H, W, C] with (H, W, C) dense, each plane a slab of H rows of W·C values;
+/// otherwise [3T, C, H, W] with (H, W) dense and the (plane, channel) slabs evenly spaced, each
+/// (plane, channel) a slab of H rows of W values. Strides of size-1 dims are never followed.
+std::optional<PlaneRows> plane_rows(const TensorRef& t, bool inner) {
+  const int64_t planes = t.sizes[0], c = t.sizes[1], h = t.sizes[2], w = t.sizes[3];
+  const auto is = [&](int dim, int64_t stride) {
+    return t.sizes[dim] == 1 || t.strides[dim] == stride;
+  };
+  if (inner) {
+    if (!is(1, 1) || !is(3, c) || !is(2, w * c)) return std::nullopt;
+    return PlaneRows{planes, t.strides[0], h, w * c, c};
+  }
+  if (!is(3, 1) || !is(2, w)) return std::nullopt;
+  if (c == 1) return PlaneRows{planes, t.strides[0], h, w, 1};
+  if (t.strides[0] != c * t.strides[1]) return std::nullopt;  // 3T >= 3: stride 0 is followed
+  return PlaneRows{planes * c, t.strides[1], h, w, 1};
+}
+
+/// The dense rows of a level the CUDA row kernels take, or none (volume view, as on the CPU).
+std::optional<PlaneRows> cuda_rows(const TensorRef& plane) {
+  if (!plane.device.is_cuda()) return std::nullopt;
+  const std::optional<PlaneRows> rows = plane_rows(plane, channels_inner(plane));
+  if (rows && detail::tv::rows_supported_cuda(*rows)) return rows;
+  return std::nullopt;
+}
+#endif  // FIELDFUSE_WITH_CUDA
+
 std::size_t level_workspace(const TensorRef& plane) {
   const detail::VolumeView view = level_view(plane, channels_inner(plane));
 #if FIELDFUSE_WITH_CUDA
+  if (const std::optional<PlaneRows> rows = cuda_rows(plane)) {
+    return detail::tv::rows_forward_workspace_cuda(*rows);
+  }
   if (plane.device.is_cuda()) return detail::tv::forward_workspace_cuda(view, Functional::SqAxes);
 #endif
   return detail::tv::forward_workspace_cpu(view, Functional::SqAxes);
@@ -179,20 +238,29 @@ void plane_tv_forward(const TensorRef* planes, int num_levels, int num_tilts, Pl
   for (int l = 0; l < num_levels; ++l) {
     const TensorRef& plane = planes[l];
     const bool inner = channels_inner(plane);
-    const detail::tv::ForwardArgs args{
-        op,
-        Functional::SqAxes,
-        0.0,
-        level_view(plane, inner),
-        plane.data,
-        plane.dtype,
-        plane.device,
-        level_plan(plane, inner, num_tilts, level_factor(planes, num_levels, l, norm)),
-        element(out.data, out.dtype, l * out.strides[0]),
-        out.dtype,
-        out.strides[0],
-        workspace,
-        stream};
+    const LevelWeights weights =
+        level_weights(plane, num_tilts, level_factor(planes, num_levels, l, norm));
+    void* level_out = element(out.data, out.dtype, l * out.strides[0]);
+#if FIELDFUSE_WITH_CUDA
+    if (const std::optional<PlaneRows> rows = cuda_rows(plane)) {
+      detail::tv::rows_forward_cuda({op, *rows, plane.data, plane.dtype, plane.device,
+                                     rows_plan(weights), level_out, workspace, stream});
+      continue;
+    }
+#endif
+    const detail::tv::ForwardArgs args{op,
+                                       Functional::SqAxes,
+                                       0.0,
+                                       level_view(plane, inner),
+                                       plane.data,
+                                       plane.dtype,
+                                       plane.device,
+                                       volume_plan(weights, inner),
+                                       level_out,
+                                       out.dtype,
+                                       out.strides[0],
+                                       workspace,
+                                       stream};
 #if FIELDFUSE_WITH_CUDA
     if (plane.device.is_cuda()) {
       detail::tv::forward_cuda(args);
@@ -204,7 +272,8 @@ void plane_tv_forward(const TensorRef* planes, int num_levels, int num_tilts, Pl
 }
 
 void plane_tv_backward(const TensorRef* planes, int num_levels, int num_tilts, PlaneTVNorm norm,
-                       const TensorRef& grad_out, const TensorRef* grad_planes, Stream stream) {
+                       const TensorRef& grad_out, const TensorRef* grad_planes, Stream stream,
+                       bool accumulate) {
   const char* op = kBackwardOp;
   check_norm(op, norm);
   check_planes(op, planes, num_levels, num_tilts, /*needs_data=*/true);
@@ -228,21 +297,35 @@ void plane_tv_backward(const TensorRef* planes, int num_levels, int num_tilts, P
     const TensorRef& plane = planes[l];
     const TensorRef& grad = grad_planes[l];
     const bool inner = channels_inner(plane);
-    const detail::tv::BackwardArgs args{
-        op,
-        Functional::SqAxes,
-        0.0,
-        level_view(plane, inner),
-        plane.data,
-        plane.dtype,
-        plane.device,
-        level_plan(plane, inner, num_tilts, level_factor(planes, num_levels, l, norm)),
-        element(grad_out.data, grad_out.dtype, l * grad_out.strides[0]),
-        grad_out.dtype,
-        grad_out.strides[0],
-        level_view(grad, inner),
-        grad.data,
-        stream};
+    const LevelWeights weights =
+        level_weights(plane, num_tilts, level_factor(planes, num_levels, l, norm));
+    const void* level_grad_out = element(grad_out.data, grad_out.dtype, l * grad_out.strides[0]);
+#if FIELDFUSE_WITH_CUDA
+    // The row kernels need the gradient in the same rows as the level (own slab stride).
+    const std::optional<PlaneRows> rows = cuda_rows(plane);
+    const std::optional<PlaneRows> grad_rows = rows ? plane_rows(grad, inner) : std::nullopt;
+    if (rows && grad_rows) {
+      detail::tv::rows_backward_cuda({op, *rows, plane.data, plane.dtype, plane.device,
+                                      rows_plan(weights), level_grad_out, grad_rows->slab_stride,
+                                      grad.data, accumulate, stream});
+      continue;
+    }
+#endif
+    const detail::tv::BackwardArgs args{op,
+                                        Functional::SqAxes,
+                                        0.0,
+                                        level_view(plane, inner),
+                                        plane.data,
+                                        plane.dtype,
+                                        plane.device,
+                                        volume_plan(weights, inner),
+                                        level_grad_out,
+                                        grad_out.dtype,
+                                        grad_out.strides[0],
+                                        level_view(grad, inner),
+                                        grad.data,
+                                        stream,
+                                        accumulate};
 #if FIELDFUSE_WITH_CUDA
     if (plane.device.is_cuda()) {
       detail::tv::backward_cuda(args);

@@ -113,7 +113,8 @@ void run_backward(const char* op, Functional f, double eps, const char* arg, con
                           vector_stride(grad_out),
                           make_volume_view(grad_input, inner_dims),
                           grad_input.data,
-                          stream};
+                          stream,
+                          /*accumulate=*/false};
 #if FIELDFUSE_WITH_CUDA
   if (input.device.is_cuda()) return detail::tv::backward_cuda(args);
 #endif

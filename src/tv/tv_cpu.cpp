@@ -144,6 +144,7 @@ void gradient(const BackwardArgs& args, const Policy& policy) {
   const VolumeView& g = args.grad;
   const T* data = static_cast<const T*>(args.vol_data);
   T* grad = static_cast<T*>(args.grad_data);
+  const bool accumulate = args.accumulate;
   T coef[3];
   args.plan.coefficients(static_cast<const T*>(args.grad_out), args.grad_out_stride, coef);
   parallel_for(0, v.batch * v.depth, v.height * v.width, [&](int64_t plane) {
@@ -154,18 +155,23 @@ void gradient(const BackwardArgs& args, const Policy& policy) {
       for_each_edge_voxel(v, row, [&](int64_t c) {
         VoxelBounds at;
         const auto nb = row.neighborhood(v, c, at);
-        grad_row[c * g.stride_w] = policy.template gradient<T>(nb, at, coef);
+        write_gradient(grad_row + c * g.stride_w, policy.template gradient<T>(nb, at, coef),
+                       accumulate);
       });
       const int64_t gsw = g.stride_w;
       if (row.unit_stride) {
 #pragma omp simd
         for (int64_t c = row.interior_begin; c < row.interior_end; ++c)
-          grad_row[c * gsw] =
-              policy.template gradient<T>(row.interior_neighborhood(c), row.interior, coef);
+          write_gradient(
+              grad_row + c * gsw,
+              policy.template gradient<T>(row.interior_neighborhood(c), row.interior, coef),
+              accumulate);
       } else {
         for (int64_t c = row.interior_begin; c < row.interior_end; ++c) {
           VoxelBounds at;
-          grad_row[c * gsw] = policy.template gradient<T>(row.neighborhood(v, c, at), at, coef);
+          write_gradient(grad_row + c * gsw,
+                         policy.template gradient<T>(row.neighborhood(v, c, at), at, coef),
+                         accumulate);
         }
       }
     });

@@ -7,6 +7,7 @@
 
 #include "core/cuda_launch.cuh"
 #include "core/neighborhood.h"
+#include "tv/tv_cuda_common.cuh"
 #include "tv/tv_drivers.h"
 
 namespace fieldfuse::detail::tv {
@@ -27,8 +28,6 @@ constexpr int kTileH = 8;
 // reloads; 64 and 128: too few blocks to fill the GPU at 256³).
 constexpr int kChunkD = 32;
 constexpr int kBlockThreads = kTileW * kTileH;
-// One block combines the per-block partials; 256 threads read them fully coalesced.
-constexpr int kFinalThreads = 256;
 
 struct TileGrid {
   int64_t tiles_w, tiles_h, chunks_d, batch;
@@ -122,12 +121,6 @@ __device__ FF_FORCE_INLINE void march_column(const VolumeView& v, const S* data,
 // fourfold, which is what the per-voxel path is bound by (instruction issue, not DRAM bytes), and
 // puts every row's loads in flight before any arithmetic.
 
-/// Four consecutive elements as one aligned vector (16 bytes for float, 8 for 16-bit types).
-template <class S>
-struct alignas(4 * sizeof(S)) Quad {
-  S v[4];
-};
-
 template <class T>
 struct QuadWindows {
   T v[3][3][6];  // [dd + 1][dh + 1][1 + w offset from c], w offsets −1..4
@@ -141,11 +134,6 @@ struct QuadNeighborhood {
     return windows.v[dd + 1][dh + 1][J + 1 + dw];
   }
 };
-
-template <class S>
-__device__ FF_FORCE_INLINE Quad<S> load_quad(const S* p) {
-  return *reinterpret_cast<const Quad<S>*>(p);
-}
 
 /// Loads the 3×3 windows around voxels (a, b, c..c+3). `left`/`right` are the offsets of the
 /// elements before and after the quad, clamped at the volume's w faces.
@@ -259,40 +247,20 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-/// Combines the per-block partials in a fixed order and writes the op's outputs.
-template <class Out>
-__global__ void __launch_bounds__(kFinalThreads)
-    finalize_kernel(const double* __restrict__ partials, int64_t blocks, ReducePlan plan,
-                    Out* __restrict__ out, int64_t out_stride) {
-  using BlockReduce = cub::BlockReduce<double, kFinalThreads>;
-  __shared__ typename BlockReduce::TempStorage temp;
-  double sums[3] = {};
-  for (int k = 0; k < plan.num_sums; ++k) {
-    double local = 0.0;
-    for (int64_t i = threadIdx.x; i < blocks; i += kFinalThreads) local += partials[k * blocks + i];
-    sums[k] = BlockReduce(temp).Sum(local);  // valid in thread 0
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    for (int k = 0; k < plan.num_outputs; ++k)
-      out[k * out_stride] = static_cast<Out>(plan.output(sums, k));
-  }
-}
-
 /// grad[voxel] = policy.gradient(voxel) with coefficients from grad_out, read on the device so the
 /// backward needs no host synchronisation. Every voxel of grad is written.
 template <int V, int Streams, class S, class Policy>
 __global__ void __launch_bounds__(kBlockThreads)
     gradient_kernel(VolumeView v, const S* __restrict__ data, Policy policy, TileGrid grid,
                     ReducePlan plan, const compute_t<S>* __restrict__ grad_out,
-                    int64_t grad_out_stride, VolumeView gv, S* __restrict__ grad) {
+                    int64_t grad_out_stride, VolumeView gv, S* __restrict__ grad, bool accumulate) {
   using T = compute_t<S>;
   const Column col = column_of_thread<V>(grid, v);
   if (!col.inside) return;
   T coef[3];
   plan.coefficients(grad_out, grad_out_stride, coef);
   S* g = grad + gv.slice_offset(col.n) + col.b * gv.stride_h + col.c * gv.stride_w;
-  Quad<S> out;  // the quad path's 4 results, stored as one vector
+  T quad[4];  // the quad path's 4 results, stored as one vector
   march<V, Streams>(
       v, data, col,
       [&](const auto& nb, const VoxelBounds& at) {
@@ -301,10 +269,17 @@ __global__ void __launch_bounds__(kBlockThreads)
       [&](int64_t a, auto j, T value) {
         if constexpr (V == 4) {
           constexpr int J = decltype(j)::value;
-          out.v[J] = static_cast<S>(value);
-          if constexpr (J == 3) *reinterpret_cast<Quad<S>*>(g + a * gv.stride_d) = out;
+          quad[J] = value;
+          if constexpr (J == 3) {
+            auto* dst = reinterpret_cast<Quad<S>*>(g + a * gv.stride_d);
+            Quad<S> out;  // read back only when accumulating
+            if (accumulate) out = *dst;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) write_gradient(out.v + k, quad[k], accumulate);
+            *dst = out;
+          }
         } else {
-          g[a * gv.stride_d] = static_cast<S>(value);
+          write_gradient(g + a * gv.stride_d, value, accumulate);
         }
       });
 }
@@ -389,11 +364,11 @@ void backward_cuda(const BackwardArgs& args) {
       if (quad) {
         gradient_kernel<4, 1><<<blocks, block, 0, stream>>>(args.vol, data, policy, grid, args.plan,
                                                             grad_out, args.grad_out_stride,
-                                                            args.grad, grad);
+                                                            args.grad, grad, args.accumulate);
       } else {
         gradient_kernel<1, 2><<<blocks, block, 0, stream>>>(args.vol, data, policy, grid, args.plan,
                                                             grad_out, args.grad_out_stride,
-                                                            args.grad, grad);
+                                                            args.grad, grad, args.accumulate);
       }
       cuda::check_launch(args.op, "gradient_kernel", stream);
     });

@@ -65,6 +65,7 @@ struct BackwardArgs {
   VolumeView grad;  ///< same sizes as vol, its own strides
   void* grad_data;
   Stream stream;
+  bool accumulate;  ///< add the gradient to what grad holds instead of overwriting it
 };
 
 /// Workspace bytes of forward_cpu (one float64 partial per depth plane and sum; at least 1).

@@ -160,6 +160,15 @@ struct IsoTV {
   }
 };
 
+/// Writes one gradient element: `value`, or the old content plus `value` when accumulating (added
+/// in the compute type T, so a 16-bit gradient is rounded once). The old content is read only
+/// when accumulating.
+template <class T, class S>
+FF_HOST_DEVICE FF_FORCE_INLINE void write_gradient(S* dst, T value, bool accumulate) {
+  if (accumulate) value += static_cast<T>(*dst);
+  *dst = static_cast<S>(value);
+}
+
 /// How a functional's partial sums become its outputs, and how its upstream gradient becomes the
 /// per-axis coefficients its backward uses. Either output k = scale[k]·sum[k] (num_outputs ==
 /// num_sums), or a single output Σ_k scale[k]·sum[k] (num_outputs == 1 < num_sums).

@@ -1875,6 +1875,49 @@ TEST(PlaneTV, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// With accumulate the gradient is added to what grad_planes holds: the result is the old content
+// plus the overwriting backward's gradient, to the bit (one addition in the planes' dtype), for
+// every layout of the planes and of the gradients and both float dtypes.
+TEST(PlaneTV, BackwardAccumulateAddsToOldGradient) {
+  for (DType dtype : {DType::Float64, DType::Float32}) {
+    dispatch(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      for (int layout = 0; layout < 3; ++layout) {
+        SCOPED_TRACE("dtype " + std::to_string(static_cast<int>(dtype)) + ", layout " +
+                     std::to_string(layout));
+        const int tilts = 2;
+        const std::vector<nk::Level> levels =
+            tv_levels(tilts, kSeed + 99, std::is_same<T, float>::value);
+        const TvLevels<T> planes = make_tv_levels<T>(levels, tv_layout(layout));
+        const HostTensor<T> go =
+            make_tensor<T>({5}, std::vector<double>{0.7, -1.3, 2.0, 0.4, -0.9});
+        const Layout& grad_layout = tv_layout((layout + 2) % 3);
+        const TvLevels<T> fresh = make_tv_levels<T>(levels, grad_layout, false);
+        fieldfuse::plane_tv_backward(planes.refs.data(), 5, tilts, PlaneTVNorm::PerCell, go.ref,
+                                     fresh.refs.data());
+        std::vector<nk::Level> old_levels = levels;
+        for (size_t l = 0; l < old_levels.size(); ++l)
+          old_levels[l].values = random_values<T>(levels[l].numel(), kSeed + 200 + uint32_t(l));
+        const TvLevels<T> acc = make_tv_levels<T>(old_levels, grad_layout);
+        fieldfuse::plane_tv_backward(planes.refs.data(), 5, tilts, PlaneTVNorm::PerCell, go.ref,
+                                     acc.refs.data(), {}, /*accumulate=*/true);
+        for (size_t l = 0; l < levels.size(); ++l) {
+          const std::vector<double> got = acc.tensors[l].logical();
+          const std::vector<double> gradient = fresh.tensors[l].logical();
+          ASSERT_EQ(got.size(), gradient.size());
+          int reported = 0;
+          for (size_t e = 0; e < got.size(); ++e) {
+            const T want = static_cast<T>(old_levels[l].values[e]) + static_cast<T>(gradient[e]);
+            if (static_cast<T>(got[e]) != want && reported++ < 5)
+              ADD_FAILURE() << "grad_planes[" << l << "][" << e << "]: got " << got[e] << ", want "
+                            << want;
+          }
+        }
+      }
+    });
+  }
+}
+
 // A single-level list: PerCell's factor is 1 (the level is its own largest), so both norms agree.
 TEST(PlaneTV, PerCellOfOneLevelEqualsMean) {
   const std::vector<nk::Level> levels = {tv_levels(2, kSeed + 97, false)[4]};
