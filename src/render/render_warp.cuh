@@ -512,7 +512,7 @@ __device__ void line_integral_ray_backward_warp(const LineIntegralArgs& a, int64
 // lanes each sum their samples' terms (BoxGradientSums), the lanes' sums are added by a fixed
 // butterfly (warp_sum: no atomics, the same bits every run) and lane 0 applies the slab terms
 // (Note [ray-box gradient]). Per sample the formulas are render_ray.h's, as on the CPU; only the
-// order of the gradient's float64 sums differs.
+// order of the gradient's float64 sums (and nvcc's fused multiply-adds) differ.
 
 /// ray_box_fill by the calling warp (Note [ray-box warp]): every slot of ray r, padding included.
 template <class S>
@@ -532,6 +532,7 @@ __device__ void ray_box_gradient_warp(const RayBoxArgs& a, int64_t r) {
   for (int64_t k = lane_id(); k < span.n; k += kWarpSize) {
     add_box_sample_gradient(a, r, span, steps, k, sums);
   }
+#pragma unroll
   for (int i = 0; i < 3; ++i) {
     sums.d_o[i] = warp_sum(sums.d_o[i]);
     sums.d_d[i] = warp_sum(sums.d_d[i]);
