@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// CUDA driver of the render family. Volume rendering and line integrals run one warp per ray
-// (render_warp.cuh, Note [warp march]); ray-box sampling, a few dozen flops per ray against a
-// stream of samples, runs the per-ray routine of render_ray.h on one thread per ray, as the CPU
-// does. Nothing uses atomics, so every result is deterministic.
+// CUDA driver of the render family. Volume rendering, line integrals and the ray-box fill and
+// gradient run one warp per ray (render_warp.cuh, Note [warp march], Note [ray-box warp]); the
+// ray-box counts, one span per ray and a single store, run the per-ray routine of render_ray.h on
+// one thread per ray, as the CPU does. Nothing uses atomics, so every result is deterministic.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -42,7 +42,8 @@ constexpr int kWarpsPerBlock = kThreads / cuda::kWarpSize;
 /// the register allocation must allow: 8 (64 registers) for the streaming routines, which gain
 /// from more warps in flight; 6 (80 registers) for the render backward's fixed-channel instances
 /// (Note [channel instances]; 4% faster than 5 on the H100) and 5 (96) for its generic one, which
-/// spills under 80 (under 64 it ran 1.5× slower); 1 (no cap) for ray-box sampling.
+/// spills under 80 (under 64 it ran 1.5× slower); 8 for the ray-box fill and 6 for its gradient,
+/// whose float64 instance spills at 64 (sm_90, ptxas -v); 1 (no cap) for the ray-box counts.
 #define FIELDFUSE_RAY_FUNCTOR(name, min_blocks, Args, ...)                 \
   struct name {                                                            \
     static constexpr int kMinBlocks = min_blocks;                          \
@@ -73,8 +74,8 @@ FIELDFUSE_LAYOUT_FUNCTOR(LineForward, 8, LineIntegralArgs,
                          line_integral_ray_forward_warp<S, L, kChannelBlock>)
 FIELDFUSE_LAYOUT_FUNCTOR(LineBackward, 8, LineIntegralArgs, line_integral_ray_backward_warp<S, L>)
 FIELDFUSE_RAY_FUNCTOR(BoxCount, 1, RayBoxArgs, ray_box_count<S>)
-FIELDFUSE_RAY_FUNCTOR(BoxFill, 1, RayBoxArgs, ray_box_fill<S>)
-FIELDFUSE_RAY_FUNCTOR(BoxGradient, 1, RayBoxArgs, ray_box_gradient<S>)
+FIELDFUSE_RAY_FUNCTOR(BoxFill, 8, RayBoxArgs, ray_box_fill_warp<S>)
+FIELDFUSE_RAY_FUNCTOR(BoxGradient, 6, RayBoxArgs, ray_box_gradient_warp<S>)
 #undef FIELDFUSE_RENDER_FUNCTOR
 #undef FIELDFUSE_LAYOUT_FUNCTOR
 #undef FIELDFUSE_RAY_FUNCTOR
@@ -183,10 +184,10 @@ void ray_box_counts_cuda(const RayBoxArgs& a) {
   launch<BoxCount, Mapping::kThreadPerRay>(a, a.num_rays, "ray_box_counts");
 }
 void ray_box_forward_cuda(const RayBoxArgs& a) {
-  launch<BoxFill, Mapping::kThreadPerRay>(a, a.num_rays, "ray_box_fill");
+  launch<BoxFill, Mapping::kWarpPerRay>(a, a.num_rays, "ray_box_fill");
 }
 void ray_box_backward_cuda(const RayBoxArgs& a) {
-  launch<BoxGradient, Mapping::kThreadPerRay>(a, a.num_rays, "ray_box_gradient");
+  launch<BoxGradient, Mapping::kWarpPerRay>(a, a.num_rays, "ray_box_gradient");
 }
 
 }  // namespace fieldfuse::detail::render

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The serial per-ray routines of the render family, host+device: the CPU driver runs them over
 // rays with OpenMP, each ray marched in sample order with float64 accumulators (deterministic).
-// CUDA runs them for ray-box sampling (one thread per ray) and has warp routines for volume
-// rendering and line integrals (render_warp.cuh) over the same formulas, the same ray state, and
-// the per-ray rules written here once for both (outputs, background, zeros past termination).
+// CUDA runs them for the ray-box counts (one thread per ray) and has warp routines for volume
+// rendering, line integrals and the ray-box fill and gradient (render_warp.cuh) over the same
+// formulas, the same ray state, and the per-ray and per-sample rules written here once for both
+// (outputs, background, zeros past termination, a ray-box sample's slot and gradient terms).
 #pragma once
 
 #include <cstdint>
@@ -492,67 +493,137 @@ FF_HOST_DEVICE void ray_box_count(const RayBoxArgs& a, int64_t r) {
   static_cast<int64_t*>(a.counts.data)[r * a.counts.stride] = ray_span<S>(a, r).n;
 }
 
+/// The uniform step of ray r's samples, (t_exit − t_enter)/(n − 1); 0 when it has fewer than 2.
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE double span_step(const RaySpan<S>& span) {
+  return span.n >= 2 ? sample_step(span.box.exit - span.box.enter, span.n) : 0.0;
+}
+
+/// t_k = t_in + k·δ, the parameter of sample k at step δ.
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE double sample_parameter(const RaySpan<S>& span, double step,
+                                                       int64_t k) {
+  return span.box.enter + static_cast<double>(k) * step;
+}
+
+/// Writes slot k of ray r: sample k's point o + t_k·d and step, or zeros (and valid = false) for
+/// a padding slot past the ray's n samples.
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE void store_box_sample(const RayBoxArgs& a, int64_t r,
+                                                     const RaySpan<S>& span, double step,
+                                                     int64_t k) {
+  const int64_t slot = sample_slot(a, r, k);
+  const bool live = k < span.n;
+  const double t = sample_parameter(span, step, k);
+  for (int i = 0; i < 3; ++i) store<S>(a.points, slot, i, live ? span.o[i] + t * span.d[i] : 0.0);
+  store<S>(a.delta_ts, slot, live ? step : 0.0);
+  if (a.valid.present()) static_cast<bool*>(a.valid.data)[slot * a.valid.stride] = live;
+}
+
 template <class S>
 FF_HOST_DEVICE void ray_box_fill(const RayBoxArgs& a, int64_t r) {
   const RaySpan<S> span = ray_span<S>(a, r);
-  const double step = span.n >= 2 ? sample_step(span.box.exit - span.box.enter, span.n) : 0.0;
-  for (int64_t k = 0; k < slots_of(a, span.n); ++k) {
-    const int64_t slot = sample_slot(a, r, k);
-    const bool live = k < span.n;
-    const double t = span.box.enter + static_cast<double>(k) * step;
-    for (int i = 0; i < 3; ++i) store<S>(a.points, slot, i, live ? span.o[i] + t * span.d[i] : 0.0);
-    store<S>(a.delta_ts, slot, live ? step : 0.0);
-    if (a.valid.present()) static_cast<bool*>(a.valid.data)[slot * a.valid.stride] = live;
-  }
+  const double step = span_step(span);
+  for (int64_t k = 0; k < slots_of(a, span.n); ++k) store_box_sample(a, r, span, step, k);
 }
 
 // Note [ray-box gradient]
 // Sample k is p_k = o + t_k·d with t_k = t_in + k·δ and δ = (t_out − t_in)/(n − 1), where t_in and
 // t_out come from the slabs that bound the span: t = (±1 − o_a)/d_a on axis a. So beyond the direct
 // terms (∂p/∂o = I, ∂p/∂d = t_k·I), every point and step moves with t_in and t_out, which move
-// with o_a and d_a of their slab. n is piecewise constant (its jumps have no gradient).
+// with o_a and d_a of their slab. n is piecewise constant (its jumps have no gradient). The sums
+// over samples are independent per sample, so the CPU adds them in sample order and a CUDA warp
+// splits them over its lanes and adds the lanes' sums in a fixed butterfly; both then apply the
+// slab terms once (finish_box_gradient).
+
+/// A ray's gradient sums over its samples (Note [ray-box gradient]): the direct terms to o and d,
+/// and ∂L/∂t_in, ∂L/∂t_out.
+struct BoxGradientSums {
+  double d_o[3] = {0, 0, 0}, d_d[3] = {0, 0, 0};
+  double d_enter = 0, d_exit = 0;
+};
+
+/// What the gradient of a ray's samples needs of its n: 1/(n − 1) and δ = (t_out − t_in)/(n − 1),
+/// the latter formed as a product (not the forward's quotient; the gradient needs it to rounding
+/// only). Both 0 for a ray with fewer than 2 samples, which adds no terms.
+struct GradientSteps {
+  double inv, step;
+};
+
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE GradientSteps gradient_steps(const RaySpan<S>& span) {
+  if (span.n < 2) return {0.0, 0.0};
+  const double inv = 1.0 / static_cast<double>(span.n - 1);
+  return {inv, (span.box.exit - span.box.enter) * inv};
+}
+
+/// Adds the terms of ray r's sample k to `sums`.
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE void add_box_sample_gradient(const RayBoxArgs& a, int64_t r,
+                                                            const RaySpan<S>& span,
+                                                            const GradientSteps& steps, int64_t k,
+                                                            BoxGradientSums& sums) {
+  const double inv = steps.inv;
+  const int64_t slot = sample_slot(a, r, k);
+  const double t = sample_parameter(span, steps.step, k);
+  double g_dot_d = 0;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const double g = load<S>(a.grad_points, slot, i);
+    sums.d_o[i] += g;
+    sums.d_d[i] += t * g;
+    g_dot_d += g * span.d[i];
+  }
+  // t_k = t_in + k·(t_out − t_in)/(n − 1); δ = (t_out − t_in)/(n − 1).
+  const double frac = static_cast<double>(k) * inv;
+  sums.d_enter += (1 - frac) * g_dot_d;
+  sums.d_exit += frac * g_dot_d;
+  if (a.grad_delta_ts.present()) {
+    const double g_step = load<S>(a.grad_delta_ts, slot);
+    sums.d_enter -= inv * g_step;
+    sums.d_exit += inv * g_step;
+  }
+}
+
+/// Folds ∂L/∂t_in and ∂L/∂t_out into the gradients to o and d through the bounding slabs, and
+/// writes ray r's requested gradients. A ray with fewer than 2 samples gets zeros.
+template <class S>
+FF_HOST_DEVICE FF_FORCE_INLINE void finish_box_gradient(const RayBoxArgs& a, int64_t r,
+                                                        const RaySpan<S>& span,
+                                                        BoxGradientSums sums) {
+  if (span.n < 2) sums = BoxGradientSums{};
+  // t_in = (s_a − o_a)/d_a on its bounding slab a: ∂/∂o_a = −1/d_a, ∂/∂d_a = −t_in/d_a. Each
+  // axis's terms are formed and then selected: indexing by the slab's axis (or branching on it,
+  // which nvcc turns back into an index) puts the arrays in local memory on CUDA.
+  const bool sampled = span.n >= 2;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const bool entry = sampled && i == span.box.entry_axis;
+    const bool exit = sampled && i == span.box.exit_axis;
+    const double o_entered = sums.d_o[i] - sums.d_enter / span.d[i];
+    const double d_entered = sums.d_d[i] - sums.d_enter * span.box.enter / span.d[i];
+    sums.d_o[i] = entry ? o_entered : sums.d_o[i];
+    sums.d_d[i] = entry ? d_entered : sums.d_d[i];
+    const double o_exited = sums.d_o[i] - sums.d_exit / span.d[i];
+    const double d_exited = sums.d_d[i] - sums.d_exit * span.box.exit / span.d[i];
+    sums.d_o[i] = exit ? o_exited : sums.d_o[i];
+    sums.d_d[i] = exit ? d_exited : sums.d_d[i];
+  }
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    if (a.grad_origins.present()) store<S>(a.grad_origins, r, i, sums.d_o[i]);
+    if (a.grad_directions.present()) store<S>(a.grad_directions, r, i, sums.d_d[i]);
+  }
+}
 
 /// Gradients to o and d of ray r from its samples' points and steps (Note [ray-box gradient]).
 template <class S>
 FF_HOST_DEVICE void ray_box_gradient(const RayBoxArgs& a, int64_t r) {
   const RaySpan<S> span = ray_span<S>(a, r);
-  double d_o[3] = {0, 0, 0}, d_d[3] = {0, 0, 0};
-  if (span.n >= 2) {
-    const double length = span.box.exit - span.box.enter;
-    const double inv = 1.0 / static_cast<double>(span.n - 1);
-    const double step = length * inv;
-    double d_enter = 0, d_exit = 0;  // ∂L/∂t_in, ∂L/∂t_out
-    for (int64_t k = 0; k < span.n; ++k) {
-      const int64_t slot = sample_slot(a, r, k);
-      const double t = span.box.enter + static_cast<double>(k) * step;
-      double g_dot_d = 0;
-      for (int i = 0; i < 3; ++i) {
-        const double g = load<S>(a.grad_points, slot, i);
-        d_o[i] += g;
-        d_d[i] += t * g;
-        g_dot_d += g * span.d[i];
-      }
-      // t_k = t_in + k·(t_out − t_in)/(n − 1); δ = (t_out − t_in)/(n − 1).
-      const double frac = static_cast<double>(k) * inv;
-      d_enter += (1 - frac) * g_dot_d;
-      d_exit += frac * g_dot_d;
-      if (a.grad_delta_ts.present()) {
-        const double g_step = load<S>(a.grad_delta_ts, slot);
-        d_enter -= inv * g_step;
-        d_exit += inv * g_step;
-      }
-    }
-    // t_in = (s_a − o_a)/d_a on its bounding slab a: ∂/∂o_a = −1/d_a, ∂/∂d_a = −t_in/d_a.
-    const int ea = span.box.entry_axis, xa = span.box.exit_axis;
-    d_o[ea] -= d_enter / span.d[ea];
-    d_d[ea] -= d_enter * span.box.enter / span.d[ea];
-    d_o[xa] -= d_exit / span.d[xa];
-    d_d[xa] -= d_exit * span.box.exit / span.d[xa];
-  }
-  for (int i = 0; i < 3; ++i) {
-    if (a.grad_origins.present()) store<S>(a.grad_origins, r, i, d_o[i]);
-    if (a.grad_directions.present()) store<S>(a.grad_directions, r, i, d_d[i]);
-  }
+  const GradientSteps steps = gradient_steps(span);
+  BoxGradientSums sums;
+  for (int64_t k = 0; k < span.n; ++k) add_box_sample_gradient(a, r, span, steps, k, sums);
+  finish_box_gradient(a, r, span, sums);
 }
 
 }  // namespace fieldfuse::detail::render

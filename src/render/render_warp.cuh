@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The per-ray routines of the render family on CUDA: one warp per ray, its lanes on consecutive
-// samples (Note [warp march]). They compute what the serial routines of render_ray.h compute, from
-// the same formulas of render_math.h; only the order of the float64 sums differs.
+// samples (Note [warp march], Note [ray-box warp]). They compute what the serial routines of
+// render_ray.h compute, from the same formulas of render_math.h; only the order of the float64 sums
+// differs.
 #pragma once
 
 #include <cstdint>
@@ -499,6 +500,46 @@ __device__ void line_integral_ray_backward_warp(const LineIntegralArgs& a, int64
       if (s < end) sample_store<S, L>(a.grad_delta_ts, s, d_delta[k]);
     }
   }
+}
+
+// ---- ray-box sampling --------------------------------------------------------------------------
+
+// Note [ray-box warp]
+// A ray-box ray is a few dozen flops of span against a stream of S slots (521 at the tomography
+// step's ds), so one thread per ray left the stores scattered and the GPU idle at 2048 rays. A
+// warp takes a ray: every lane finds the span (the same loads of o and d, broadcast) and lane k
+// handles slots k, k + 32, …, so each store instruction writes consecutive slots. The gradient's
+// lanes each sum their samples' terms (BoxGradientSums), the lanes' sums are added by a fixed
+// butterfly (warp_sum: no atomics, the same bits every run) and lane 0 applies the slab terms
+// (Note [ray-box gradient]). Per sample the formulas are render_ray.h's, as on the CPU; only the
+// order of the gradient's float64 sums (and nvcc's fused multiply-adds) differ.
+
+/// ray_box_fill by the calling warp (Note [ray-box warp]): every slot of ray r, padding included.
+template <class S>
+__device__ void ray_box_fill_warp(const RayBoxArgs& a, int64_t r) {
+  const RaySpan<S> span = ray_span<S>(a, r);
+  const double step = span_step(span);
+  const int64_t slots = slots_of(a, span.n);
+  for (int64_t k = lane_id(); k < slots; k += kWarpSize) store_box_sample(a, r, span, step, k);
+}
+
+/// ray_box_gradient by the calling warp (Note [ray-box warp]).
+template <class S>
+__device__ void ray_box_gradient_warp(const RayBoxArgs& a, int64_t r) {
+  const RaySpan<S> span = ray_span<S>(a, r);
+  const GradientSteps steps = gradient_steps(span);
+  BoxGradientSums sums;
+  for (int64_t k = lane_id(); k < span.n; k += kWarpSize) {
+    add_box_sample_gradient(a, r, span, steps, k, sums);
+  }
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    sums.d_o[i] = warp_sum(sums.d_o[i]);
+    sums.d_d[i] = warp_sum(sums.d_d[i]);
+  }
+  sums.d_enter = warp_sum(sums.d_enter);
+  sums.d_exit = warp_sum(sums.d_exit);
+  if (lane_id() == 0) finish_box_gradient(a, r, span, sums);
 }
 
 }  // namespace fieldfuse::detail::render

@@ -1167,6 +1167,132 @@ def test_ray_box_no_rays(device):
     assert torch.equal(grad, torch.zeros_like(grad))
 
 
+# --- ray-box sampling: strided inputs; CUDA (a warp per ray) against the CPU (a thread per ray) -
+
+
+def _parity_box_rays(rng):
+    """Every kind of ray the warp routines split differently: misses (n = 0), chords shorter than
+    any ds (n = 2: a corner clipped), the special and tilt-series rays, and random rays long
+    enough at small ds for several chunks of 32 samples (the diagonal reaches the capacity)."""
+    origins, directions = _all_rays(rng)
+    clipped_o = torch.tensor([[0.999, 0.999, 0.3], [-0.9995, 0.2, 0.9995]], dtype=F64)
+    clipped_d = torch.tensor([[S2, -S2, 0.0], [S2, 0.0, S2]], dtype=F64)
+    random_d = _uniform((24, 3), -1.0, 1.0, rng)
+    random_o = _uniform((24, 3), -0.8, 0.8, rng)
+    return (torch.cat([origins, clipped_o, random_o]),
+            torch.cat([directions, clipped_d, random_d]))
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """`t` (rows of 3) as a non-contiguous view with the same values: every other column of a
+    buffer twice as wide (row stride 6, column stride 2)."""
+    wide = torch.zeros(*t.shape[:-1], 6, dtype=t.dtype, device=t.device)
+    wide[..., ::2] = t
+    return wide[..., ::2]
+
+
+def _box_gradient_tolerance(dtype, tolerances, expected):
+    """The gradient tolerance of `_tolerance`, its atol scaled by the largest gradient: the warp's
+    lanes only reorder float64 terms as large as that (a grazing slab's 1/d_a reaches 1e6)."""
+    _, grad = _tolerance(dtype, tolerances)
+    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
+    return {"rtol": grad["rtol"], "atol": grad["atol"] * scale}
+
+
+_BOX_OPS = {"packed": "ray_box_samples", "padded": "ray_box_samples_padded"}
+
+
+def _box_call(layout, origins, directions, ds):
+    if layout == "packed":
+        return fieldfuse.ray_box_samples(origins, directions, ds)
+    return fieldfuse.ray_box_samples_padded(origins, directions, ds)
+
+
+def _box_backward(layout, origins, directions, ds, offsets, grad_points, grad_delta_ts,
+                  want_origins, want_directions):
+    """The backward op called directly, so that grad_delta_ts and either ray gradient can be
+    absent (autograd always passes both upstream gradients)."""
+    layout_args = (offsets,) if layout == "packed" else ()
+    op = getattr(torch.ops.fieldfuse, f"{_BOX_OPS[layout]}_backward")
+    return op(origins, directions, ds, *layout_args, grad_points, grad_delta_ts, want_origins,
+              want_directions)
+
+
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+@pytest.mark.parametrize("ds", [0.011, 0.37])
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_ray_box_strided_matches_contiguous_cpu(device, dtype, layout, ds, rng, tolerances):
+    # On CUDA: the warp routines (Note [ray-box warp]) against the serial CPU routine; on the CPU:
+    # strided against contiguous. Inputs and upstream gradients are strided views on `device`.
+    # 16-bit inputs (CUDA only) are compared with the CPU on their float64 values, rounded to 16
+    # bits as the CUDA kernel rounds its float64 results.
+    origins, directions = (t.to(dtype) for t in _parity_box_rays(rng))
+    cpu_dtype = F64 if dtype in (F16, BF16) else dtype
+    cpu_origins, cpu_directions = origins.to(cpu_dtype), directions.to(cpu_dtype)
+    strided_origins, strided_directions = (_strided(t.to(device)) for t in (origins, directions))
+    assert not strided_origins.is_contiguous() and not strided_directions.is_contiguous()
+
+    expected = _box_call(layout, cpu_origins, cpu_directions, ds)
+    actual = _box_call(layout, strided_origins, strided_directions, ds)
+    forward_tol, _ = _tolerance(dtype, tolerances)
+    if layout == "packed":
+        assert torch.equal(actual[2].cpu(), expected[2])  # offsets
+        counts = torch.diff(expected[2])
+    else:
+        assert torch.equal(actual[2].cpu(), expected[2])  # valid
+        counts = expected[2].sum(1)
+        # Padding slots are exact zeros on both.
+        assert not actual[0][~actual[2]].any() and not actual[1][~actual[2]].any()
+    assert (counts == 0).any() and (counts == 2).any()
+    if ds < 0.1:
+        assert counts.max() > 3 * 32  # several chunks of a warp's lanes
+    for got, want in zip(actual[:2], expected[:2], strict=True):
+        assert got.dtype == dtype
+        assert_close(got.cpu().double(), want.to(dtype).double(), **forward_tol)
+
+    # Upstream gradients, padding slots included (the rays must not read them).
+    g_points = _uniform(expected[0].shape, -1.0, 1.0, rng).to(dtype)
+    g_deltas = _uniform(expected[1].shape, -1.0, 1.0, rng).to(dtype)
+    offsets = expected[2] if layout == "packed" else None
+    device_offsets = actual[2] if layout == "packed" else None
+    strided_g_points = _strided(g_points.to(device))
+    strided_g_deltas = torch.stack([g_deltas, g_deltas], -1).to(device)[..., 0]  # strided
+    for want_origins, want_directions, with_deltas in [(True, True, True), (True, True, False),
+                                                       (True, False, True), (False, True, False)]:
+        cpu_g_deltas = g_deltas.to(cpu_dtype) if with_deltas else None
+        want = _box_backward(layout, cpu_origins, cpu_directions, ds, offsets,
+                             g_points.to(cpu_dtype), cpu_g_deltas, want_origins, want_directions)
+        strided_args = (layout, strided_origins, strided_directions, ds, device_offsets,
+                        strided_g_points, strided_g_deltas if with_deltas else None, want_origins,
+                        want_directions)
+        got, again = _box_backward(*strided_args), _box_backward(*strided_args)
+        for g, e, g2, wanted, name in zip(got, want, again, (want_origins, want_directions),
+                                          ("origins", "directions"), strict=True):
+            if not wanted:
+                continue
+            assert g.dtype == dtype and g.shape == (origins.shape[0], 3)
+            assert torch.equal(g, g2), f"{name}: not deterministic"  # a fixed butterfly
+            e = e.to(dtype).double()
+            assert_close(g.cpu().double(), e, **_box_gradient_tolerance(dtype, tolerances, e),
+                         msg=lambda m, name=name: f"{name} ({with_deltas=}): {m}")
+            assert torch.equal(g.cpu()[counts == 0], torch.zeros_like(g.cpu()[counts == 0]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ray_box_gradcheck_many_samples(device, rng):
+    # ds = 0.04: every hit has more samples than a warp has lanes (checked below), so the CUDA lanes
+    # take several each; padded rows have 88 slots.
+    ds = 0.04
+    origins, directions = _gradcheck_box_rays(rng, ds, count=3)
+    inputs = [origins.to(device).requires_grad_(), directions.to(device).requires_grad_()]
+    packed = lambda o, d: fieldfuse.ray_box_samples(o, d, ds)[:2]  # noqa: E731
+    padded = lambda o, d: fieldfuse.ray_box_samples_padded(o, d, ds)[:2]  # noqa: E731
+    counts = torch.diff(fieldfuse.ray_box_samples(*inputs, ds)[2])
+    assert counts[:-1].min() > 32 and counts[-1] == 0
+    assert torch.autograd.gradcheck(packed, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+    assert torch.autograd.gradcheck(padded, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
 @pytest.mark.parametrize("detector_size", [2, 5])
 @pytest.mark.parametrize("device", DEVICES)
 def test_tilt_series_geometry_matches_reference(device, detector_size, rng, tolerances):
