@@ -1243,7 +1243,9 @@ def test_ray_box_strided_matches_contiguous_cpu(device, dtype, layout, ds, rng, 
         counts = expected[2].sum(1)
         # Padding slots are exact zeros on both.
         assert not actual[0][~actual[2]].any() and not actual[1][~actual[2]].any()
-    assert (counts == 0).any() and (counts == 2).any()
+    # The ray set has misses and corner-clipping rays of 2 samples; rounded to bfloat16 the
+    # clipping rays can move off their corners, so only the misses are required there.
+    assert (counts == 0).any() and (dtype == BF16 or (counts == 2).any())
     if ds < 0.1:
         assert counts.max() > 3 * 32  # several chunks of a warp's lanes
     for got, want in zip(actual[:2], expected[:2], strict=True):
