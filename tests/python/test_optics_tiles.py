@@ -21,6 +21,7 @@ import math
 import optics_oracle as oracle
 import pytest
 import torch
+from device_params import cuda_only
 from optics_support import F32, F64, optics_api, raises_naming
 
 from fieldfuse import optics
@@ -352,3 +353,86 @@ def test_illumination_at_or_above_detection_is_clamped_per_tile():
     clamped = _loss_at(scope, tiles, na_illumination=torch.tensor([0.5, 0.7], dtype=F64))
     reference = _loss_at(scope, tiles, na_illumination=0.9 * scope.na_detection)
     torch.testing.assert_close(clamped, reference, rtol=1e-12, atol=1e-12)
+
+
+# --- CUDA: parity with the CPU, the apertures, NaN tiles, graph capture ----------------------
+
+
+def _parity_parameters(method):
+    rates, _ = METHODS[method]
+    return {name: (_start(name), rates[name]) for name in NAMES}
+
+
+def _assert_fits_close(got, want, fields, rtol, atol):
+    for field in fields:
+        torch.testing.assert_close(getattr(got, field).cpu(), getattr(want, field), rtol=rtol,
+                                   atol=atol, msg=lambda m, field=field: f"{field}: {m}")
+    assert torch.equal(got.iterations.cpu(), want.iterations)
+
+
+@cuda_only
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_cuda_matches_cpu(scene, method, dtype):
+    """The CUDA driver (cuFFT, the device update) against the CPU driver (Eigen FFT) on the same
+    tiles and starts; float64 agrees to rounding, float32 to its own precision."""
+    parameters = {name: (start.to(dtype), rate)
+                  for name, (start, rate) in _parity_parameters(method).items()}
+    cpu = _run(scene.to(dtype), parameters, method=method, iterations=6)
+    cuda_parameters = {name: (start.cuda(), rate) for name, (start, rate) in parameters.items()}
+    gpu = _run(scene.to(dtype).cuda(), cuda_parameters, method=method, iterations=6)
+    tol = dict(rtol=1e-7, atol=1e-9) if dtype == F64 else dict(rtol=2e-3, atol=2e-4)
+    _assert_fits_close(gpu, cpu, (*NAMES, "loss"), **tol)
+
+
+@cuda_only
+def test_cuda_apertures_match_cpu():
+    scope, tiles = _aperture_scene()
+    parameters = {"z_offset": (0.0, 0.1), "na_detection": (0.5, 0.02),
+                  "na_illumination": (torch.tensor([0.3, 0.6], dtype=F64), 0.02)}
+    cpu = optics.optimize_tiles(tiles, scope, 1.5, parameters, method="newton", iterations=3)
+    cuda_parameters = {name: (start.cuda() if torch.is_tensor(start) else start, rate)
+                       for name, (start, rate) in parameters.items()}
+    gpu = optics.optimize_tiles(tiles.cuda(), scope, 1.5, cuda_parameters, method="newton",
+                                iterations=3)
+    _assert_fits_close(gpu, cpu, ("z_offset", "na_detection", "na_illumination", "loss"),
+                       rtol=1e-7, atol=1e-9)
+
+
+@cuda_only
+def test_cuda_nan_tile_keeps_its_last_good_values(scene):
+    tiles = scene.clone()
+    tiles[1, 3, 5, 7] = float("nan")
+    parameters = {name: (start.cuda(), rate)
+                  for name, (start, rate) in _parity_parameters("nadam").items()}
+    result = _run(tiles.cuda(), parameters, iterations=6)
+    for name in NAMES:
+        assert torch.equal(getattr(result, name)[1].cpu(), _start(name)[1]), name
+    assert int(result.iterations[1]) < 6 and result.iterations[0] == result.iterations[2] == 6
+
+
+@cuda_only
+@pytest.mark.parametrize("method", list(METHODS))
+def test_cuda_graph_captures_the_whole_optimisation(scene, method):
+    """optimize_tiles enqueues only stream-ordered work (kernels, cached cuFFT plans,
+    cudaMallocAsync scratch), so after one warm-up call (it makes the plans) the whole
+    optimisation, every iteration, replays from one CUDA graph with the eager call's bits."""
+    tiles = scene.to(F32).cuda()
+    parameters = {name: (start.to(F32).cuda(), rate)
+                  for name, (start, rate) in _parity_parameters(method).items()}
+    eager = _run(tiles, parameters, method=method, iterations=5)
+    # Plans are cached per stream: warm up on the stream that is then captured.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _run(tiles, parameters, method=method, iterations=5)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        captured = _run(tiles, parameters, method=method, iterations=5)
+    for field in (*NAMES, "loss"):
+        getattr(captured, field).zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    for field in (*NAMES, "loss", "iterations"):
+        assert torch.equal(getattr(captured, field), getattr(eager, field)), field
