@@ -3,6 +3,7 @@
 // with the tile's activations in cache; parameter gradients reduced per chunk, then over chunks in
 // a fixed order (Note [mlp CPU chunks]).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -149,143 +150,244 @@ std::vector<Packed<T>> pack_weights(const Problem& p, T* dst) {
 // --- the three products, each over `rows` rows of a tile -----------------------------------
 // All three are C[m, :] = C0[m, :] + Σ_k A(m, k)·B[k, :] with B row-major, A read through strides
 // and each element of C summed over k in ascending order (see Note [mlp CPU chunks]). The kernel
-// keeps an MR-row × 64-byte block of C in registers while it walks k, so each B row is loaded once
-// per MR rows of C; leftover rows and columns take the same order with MR = 1 / scalar columns.
+// keeps an MR-row × NV-vector block of C in registers while it walks k, so each B vector is loaded
+// once per MR rows of C and each A element once per NV vectors; leftover rows and columns take the
+// same order with smaller blocks / scalar columns, so the block shape never changes a result bit.
+//
+// Note [mlp CPU blocks]
+// With one 64-byte vector of C per row (MR = 4) a step of k costs 4 FMAs against 5 loads, so the
+// products ran load-bound at about half the FMA peak on an AVX-512 server (Zen 5: 29 ms for the
+// 32 → 64×4 → 16 forward + backward at B = 65 536, 2.2× PyTorch eager). How many accumulators
+// fit depends on the register file of the build (Note [mlp CPU clones]): AVX-512's 32 zmm
+// registers hold 4 rows × 4 vectors (a whole 64-float row; 4 rows divide the 32-row tile, which 6
+// did not) plus the B vectors; AVX2's 16 ymm registers 3 rows × 4 vectors of 8 floats; SSE2's 16
+// xmm registers 3 rows × 2 vectors of 4 floats.
 
-constexpr int kBlockRows = 4;
-
-/// 64 bytes of T as one GCC/Clang vector (lowered to SSE2, AVX2 or AVX-512 by the clone): the
-/// register block's unit. Loop vectorisation of the block failed (strided A reads), so the block
-/// is written with vectors directly.
-template <class T>
+/// `Bytes` of T as one GCC/Clang vector, the width of the build's registers (16: SSE2, 32: AVX2,
+/// 64: AVX-512): the register block's unit. Loop vectorisation of the block failed (strided A
+/// reads), so the block is written with vectors directly. (A 64-byte vector in the AVX2 build ran
+/// 5–10× slower than the SSE2 build: keep each build at its native width.)
+template <class T, int Bytes>
 struct Lanes {
-  typedef T vec __attribute__((vector_size(64)));
-  static constexpr int64_t count = 64 / sizeof(T);
+  typedef T vec __attribute__((vector_size(Bytes)));
+  static constexpr int64_t count = Bytes / sizeof(T);
   // Out-parameters rather than vector returns keep the baseline clone's ABI out of the picture.
   static FF_FORCE_INLINE void load(vec& v, const T* p) { __builtin_memcpy(&v, p, sizeof(v)); }
   static FF_FORCE_INLINE void store(T* p, const vec& v) { __builtin_memcpy(p, &v, sizeof(v)); }
 };
 
-/// Rows [m0, m0 + MR) of C: `init` null -> C += A·B (C holds the start values), else
-/// C = init (a row vector broadcast over the rows; a zero vector when `zero`) + A·B.
-template <int MR, class T>
-FF_FORCE_INLINE void product_rows(int64_t m0, int64_t k_count, int64_t n, const T* __restrict__ a,
-                                  int64_t stride_am, int64_t stride_ak, const T* __restrict__ b,
-                                  const T* __restrict__ init, bool zero, T* __restrict__ c) {
-  using L = Lanes<T>;
+/// Register blocks per build (Note [mlp CPU blocks]): the vector width, and the rows of C per
+/// block for blocks of 4, 2 and 1 vectors (0: that width is not used).
+template <int Bytes, int Rows4, int Rows2, int Rows1>
+struct Blocks {
+  static constexpr int kBytes = Bytes, kRows4 = Rows4, kRows2 = Rows2, kRows1 = Rows1;
+};
+using Avx512Blocks = Blocks<64, 4, 8, 8>;
+using Avx2Blocks = Blocks<32, 3, 4, 4>;
+using BaselineBlocks = Blocks<16, 0, 3, 4>;
+
+/// Rows [m0, m0 + MR) × vectors [n0, n0 + NV·count) of C: `init` null -> C += A·B (C holds the
+/// start values), else C = init (a row vector broadcast over the rows; a zero vector when `zero`)
+/// + A·B.
+// The block's loops must be unrolled for the accumulators to live in registers; GCC's -O2 left
+// the AVX2 build's 3 × 4 block in memory on the stack (8× slower) until told.
+#if defined(__GNUC__) && !defined(__clang__)
+#define FF_MLP_UNROLL _Pragma("GCC unroll 16")
+#else
+#define FF_MLP_UNROLL
+#endif
+
+template <int Bytes, int MR, int NV, class T>
+FF_FORCE_INLINE void product_block(int64_t m0, int64_t n0, int64_t k_count, int64_t n,
+                                   const T* __restrict__ a, int64_t stride_am, int64_t stride_ak,
+                                   const T* __restrict__ b, const T* __restrict__ init, bool zero,
+                                   T* __restrict__ c) {
+  using L = Lanes<T, Bytes>;
   using vec = typename L::vec;
-  int64_t n0 = 0;
-  for (; n0 + L::count <= n; n0 += L::count) {
-    vec acc[MR];
-    for (int r = 0; r < MR; ++r) {
+  vec acc[MR][NV];
+  FF_MLP_UNROLL for (int r = 0; r < MR; ++r) {
+    FF_MLP_UNROLL for (int v = 0; v < NV; ++v) {
+      const int64_t col = n0 + v * L::count;
       if (zero) {
-        acc[r] = vec{};
+        acc[r][v] = vec{};
       } else {
-        L::load(acc[r], init != nullptr ? init + n0 : c + (m0 + r) * n + n0);
+        L::load(acc[r][v], init != nullptr ? init + col : c + (m0 + r) * n + col);
       }
     }
-    for (int64_t k = 0; k < k_count; ++k) {
-      vec bk;
-      L::load(bk, b + k * n + n0);
-      for (int r = 0; r < MR; ++r) acc[r] += a[(m0 + r) * stride_am + k * stride_ak] * bk;
-    }
-    for (int r = 0; r < MR; ++r) L::store(c + (m0 + r) * n + n0, acc[r]);
   }
-  for (int r = 0; r < MR; ++r) {
-    for (int64_t j = n0; j < n; ++j) {
-      T sum = zero ? T(0) : init != nullptr ? init[j] : c[(m0 + r) * n + j];
-      for (int64_t k = 0; k < k_count; ++k) {
-        sum += a[(m0 + r) * stride_am + k * stride_ak] * b[k * n + j];
-      }
-      c[(m0 + r) * n + j] = sum;
+  for (int64_t k = 0; k < k_count; ++k) {
+    vec bk[NV];
+    FF_MLP_UNROLL for (int v = 0; v < NV; ++v) L::load(bk[v], b + k * n + n0 + v * L::count);
+    FF_MLP_UNROLL for (int r = 0; r < MR; ++r) {
+      const T ark = a[(m0 + r) * stride_am + k * stride_ak];
+      FF_MLP_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] += ark * bk[v];
     }
+  }
+  FF_MLP_UNROLL for (int r = 0; r < MR; ++r) {
+    FF_MLP_UNROLL for (int v = 0; v < NV; ++v)
+        L::store(c + (m0 + r) * n + n0 + v * L::count, acc[r][v]);
   }
 }
 
-template <class T>
+/// Every row of the column band [n0, n0 + NV·count): blocks of MR rows, then single rows.
+template <int Bytes, int MR, int NV, class T>
+FF_FORCE_INLINE void product_band(int64_t m_count, int64_t n0, int64_t k_count, int64_t n,
+                                  const T* a, int64_t stride_am, int64_t stride_ak, const T* b,
+                                  const T* init, bool zero, T* c) {
+  int64_t m0 = 0;
+  for (; m0 + MR <= m_count; m0 += MR)
+    product_block<Bytes, MR, NV>(m0, n0, k_count, n, a, stride_am, stride_ak, b, init, zero, c);
+  for (; m0 < m_count; ++m0)
+    product_block<Bytes, 1, NV>(m0, n0, k_count, n, a, stride_am, stride_ak, b, init, zero, c);
+}
+
+template <class Bl, class T>
 FF_FORCE_INLINE void product(int64_t m_count, int64_t k_count, int64_t n, const T* a,
                              int64_t stride_am, int64_t stride_ak, const T* b, const T* init,
                              bool zero, T* c) {
-  int64_t m0 = 0;
-  for (; m0 + kBlockRows <= m_count; m0 += kBlockRows)
-    product_rows<kBlockRows>(m0, k_count, n, a, stride_am, stride_ak, b, init, zero, c);
-  for (; m0 < m_count; ++m0)
-    product_rows<1>(m0, k_count, n, a, stride_am, stride_ak, b, init, zero, c);
+  constexpr int B = Bl::kBytes;
+  constexpr int64_t w = Lanes<T, B>::count;
+  int64_t n0 = 0;
+  if constexpr (Bl::kRows4 > 0) {
+    for (; n0 + 4 * w <= n; n0 += 4 * w)
+      product_band<B, Bl::kRows4, 4>(m_count, n0, k_count, n, a, stride_am, stride_ak, b, init,
+                                     zero, c);
+  }
+  if constexpr (Bl::kRows2 > 0) {
+    for (; n0 + 2 * w <= n; n0 += 2 * w)
+      product_band<B, Bl::kRows2, 2>(m_count, n0, k_count, n, a, stride_am, stride_ak, b, init,
+                                     zero, c);
+  }
+  for (; n0 + w <= n; n0 += w)
+    product_band<B, Bl::kRows1, 1>(m_count, n0, k_count, n, a, stride_am, stride_ak, b, init, zero,
+                                   c);
+  // Scalar columns past the last whole vector, in the same k order.
+  for (int64_t m = 0; m < m_count; ++m) {
+    for (int64_t j = n0; j < n; ++j) {
+      T sum = zero ? T(0) : init != nullptr ? init[j] : c[m * n + j];
+      for (int64_t k = 0; k < k_count; ++k) sum += a[m * stride_am + k * stride_ak] * b[k * n + j];
+      c[m * n + j] = sum;
+    }
+  }
 }
 
 /// P = A Wᵀ + b over `rows` rows (b null: no bias): A [rows, in], Wᵀ [in, out].
-template <class T>
+template <class Bl, class T>
 FF_FORCE_INLINE void affine_impl(int64_t rows, int64_t in, int64_t out, const T* a, const T* wt,
                                  const T* b, T* p) {
-  product(rows, in, out, a, in, 1, wt, b, b == nullptr, p);
+  product<Bl>(rows, in, out, a, in, 1, wt, b, b == nullptr, p);
 }
 
 /// P += A Vᵀ (the double backward's V_k a_{k−1} term): A [rows, in], Vᵀ [in, out].
-template <class T>
+template <class Bl, class T>
 FF_FORCE_INLINE void affine_accumulate_impl(int64_t rows, int64_t in, int64_t out, const T* a,
                                             const T* vt, T* p) {
-  product(rows, in, out, a, in, 1, vt, static_cast<const T*>(nullptr), false, p);
+  product<Bl>(rows, in, out, a, in, 1, vt, static_cast<const T*>(nullptr), false, p);
 }
 
 /// G += D V (the double backward's V_kᵀ δ_k term): D [rows, out], V [out, in].
-template <class T>
+template <class Bl, class T>
 FF_FORCE_INLINE void transpose_accumulate_impl(int64_t rows, int64_t in, int64_t out, const T* d,
                                                const T* v, T* g) {
-  product(rows, out, in, d, out, 1, v, static_cast<const T*>(nullptr), false, g);
+  product<Bl>(rows, out, in, d, out, 1, v, static_cast<const T*>(nullptr), false, g);
 }
 
 /// G = D W: D [rows, out], W [out, in].
-template <class T>
+template <class Bl, class T>
 FF_FORCE_INLINE void transpose_product_impl(int64_t rows, int64_t in, int64_t out, const T* d,
                                             const T* w, T* g) {
-  product(rows, out, in, d, out, 1, w, static_cast<const T*>(nullptr), true, g);
+  product<Bl>(rows, out, in, d, out, 1, w, static_cast<const T*>(nullptr), true, g);
 }
 
 /// dW += Dᵀ A (rows in order) and db[o] += Σ_r D[r, o] where db is given.
-template <class T>
+template <class Bl, class T>
 FF_FORCE_INLINE void outer_accumulate_impl(int64_t rows, int64_t in, int64_t out, const T* d,
                                            const T* a, T* dw, T* db) {
-  product(out, rows, in, d, 1, out, a, static_cast<const T*>(nullptr), false, dw);
+  product<Bl>(out, rows, in, d, 1, out, a, static_cast<const T*>(nullptr), false, dw);
   if (db == nullptr) return;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t o = 0; o < out; ++o) db[o] += d[r * out + o];
 }
 
 // Note [mlp CPU clones]: the library is built for baseline x86-64 (SSE2), where these products
-// run 4 floats wide. Each is compiled again for x86-64-v3 (AVX2 + FMA) and x86-64-v4 (AVX-512)
-// and the loader picks the best clone the CPU supports, a 2–4× gain on current servers. Within
-// one machine the same clone always runs, so results stay deterministic.
+// run 4 floats wide. Each is compiled again for x86-64-v3 (AVX2 + FMA) and x86-64-v4 (AVX-512),
+// each with its own register blocks (Note [mlp CPU blocks]), and the first call picks the best
+// version the CPU supports, a 2–4× gain on current servers. Within one machine the same version
+// always runs, so results stay deterministic.
+// FIELDFUSE_MLP_CPU_ISA=baseline|avx2 caps the choice (tests run every build on one machine).
+enum class Isa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+
+Isa cpu_isa() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FF_MLP_CPU_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    Isa best = Isa::kBaseline;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::kAvx2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+      best = Isa::kAvx512;
+    }
+    const char* cap = std::getenv("FIELDFUSE_MLP_CPU_ISA");
+    if (cap != nullptr && std::strcmp(cap, "baseline") == 0) return Isa::kBaseline;
+    if (cap != nullptr && std::strcmp(cap, "avx2") == 0 && best == Isa::kAvx512) {
+      return Isa::kAvx2;
+    }
+    return best;
+  }();
+  return isa;
 #else
-#define FF_MLP_CPU_CLONES
+  return Isa::kBaseline;
+#endif
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FF_MLP_CPU_AVX512 __attribute__((target("arch=x86-64-v4")))
+#define FF_MLP_CPU_AVX2 __attribute__((target("arch=x86-64-v3")))
+#else
+#define FF_MLP_CPU_AVX512
+#define FF_MLP_CPU_AVX2
 #endif
 
-#define FF_MLP_CPU_PRODUCTS(T)                                                                   \
-  FF_MLP_CPU_CLONES void affine(int64_t rows, int64_t in, int64_t out, const T* a, const T* wt,  \
-                                const T* b, T* p) {                                              \
-    affine_impl<T>(rows, in, out, a, wt, b, p);                                                  \
-  }                                                                                              \
-  FF_MLP_CPU_CLONES void transpose_product(int64_t rows, int64_t in, int64_t out, const T* d,    \
-                                           const T* w, T* g) {                                   \
-    transpose_product_impl<T>(rows, in, out, d, w, g);                                           \
-  }                                                                                              \
-  FF_MLP_CPU_CLONES void outer_accumulate(int64_t rows, int64_t in, int64_t out, const T* d,     \
-                                          const T* a, T* dw, T* db) {                            \
-    outer_accumulate_impl<T>(rows, in, out, d, a, dw, db);                                       \
-  }                                                                                              \
-  FF_MLP_CPU_CLONES void affine_accumulate(int64_t rows, int64_t in, int64_t out, const T* a,    \
-                                           const T* vt, T* p) {                                  \
-    affine_accumulate_impl<T>(rows, in, out, a, vt, p);                                          \
-  }                                                                                              \
-  FF_MLP_CPU_CLONES void transpose_accumulate(int64_t rows, int64_t in, int64_t out, const T* d, \
-                                              const T* v, T* g) {                                \
-    transpose_accumulate_impl<T>(rows, in, out, d, v, g);                                        \
+/// One product for element type T in its three builds, and the entry point that picks one.
+#define FF_MLP_CPU_PRODUCT(T, name, params, args)                                    \
+  FF_MLP_CPU_AVX512 void name##_avx512 params { name##_impl<Avx512Blocks, T> args; } \
+  FF_MLP_CPU_AVX2 void name##_avx2 params { name##_impl<Avx2Blocks, T> args; }       \
+  void name##_baseline params { name##_impl<BaselineBlocks, T> args; }               \
+  void name params {                                                                 \
+    switch (cpu_isa()) {                                                             \
+      case Isa::kAvx512:                                                             \
+        return name##_avx512 args;                                                   \
+      case Isa::kAvx2:                                                               \
+        return name##_avx2 args;                                                     \
+      default:                                                                       \
+        return name##_baseline args;                                                 \
+    }                                                                                \
   }
+
+#define FF_MLP_CPU_PRODUCTS(T)                                                               \
+  FF_MLP_CPU_PRODUCT(                                                                        \
+      T, affine,                                                                             \
+      (int64_t rows, int64_t in, int64_t out, const T* a, const T* wt, const T* b, T* p),    \
+      (rows, in, out, a, wt, b, p))                                                          \
+  FF_MLP_CPU_PRODUCT(T, transpose_product,                                                   \
+                     (int64_t rows, int64_t in, int64_t out, const T* d, const T* w, T* g),  \
+                     (rows, in, out, d, w, g))                                               \
+  FF_MLP_CPU_PRODUCT(                                                                        \
+      T, outer_accumulate,                                                                   \
+      (int64_t rows, int64_t in, int64_t out, const T* d, const T* a, T* dw, T* db),         \
+      (rows, in, out, d, a, dw, db))                                                         \
+  FF_MLP_CPU_PRODUCT(T, affine_accumulate,                                                   \
+                     (int64_t rows, int64_t in, int64_t out, const T* a, const T* vt, T* p), \
+                     (rows, in, out, a, vt, p))                                              \
+  FF_MLP_CPU_PRODUCT(T, transpose_accumulate,                                                \
+                     (int64_t rows, int64_t in, int64_t out, const T* d, const T* v, T* g),  \
+                     (rows, in, out, d, v, g))
 FF_MLP_CPU_PRODUCTS(float)
 FF_MLP_CPU_PRODUCTS(double)
 #undef FF_MLP_CPU_PRODUCTS
+#undef FF_MLP_CPU_PRODUCT
+#undef FF_MLP_CPU_AVX2
+#undef FF_MLP_CPU_AVX512
 
 /// A strided [B, cols] input's rows [row0, row0 + rows) into a contiguous tile.
 template <class T>

@@ -404,3 +404,36 @@ def test_cuda_graph_capture():
     torch.cuda.synchronize()
     for a, b in zip(captured, expected):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_cpu_builds_below_the_machine_agree(isa):
+    """The CPU products run in the best of three builds the CPU supports (Note [mlp CPU clones]),
+    each with its own register blocks (Note [mlp CPU blocks]); FIELDFUSE_MLP_CPU_ISA caps the
+    choice. Each build, in a fresh process, against the float64 oracle: widths that take every
+    block width (64, 32, 16) and a ragged one, and a batch with leftover rows."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import torch, fieldfuse
+        from fieldfuse.reference import mlp as ref
+        g = torch.Generator().manual_seed(0)
+        sizes = [32, 64, 48, 32, 16, 5]
+        ws = [torch.randn(o, i, generator=g) / i**0.5 for i, o in zip(sizes[:-1], sizes[1:])]
+        bs = [torch.randn(o, generator=g) * 0.1 for o in sizes[1:]]
+        x = torch.randn(203, 32, generator=g)
+        gy = torch.randn(203, 5, generator=g)
+        def grads(fn, dtype):
+            leaves = [t.to(dtype).requires_grad_() for t in [x, *ws, *bs]]
+            y = fn(leaves[0], leaves[1:6], leaves[6:], activation="tanh")
+            return [y.detach()] + list(torch.autograd.grad(y, leaves, gy.to(dtype)))
+        for a, b in zip(grads(fieldfuse.mlp, torch.float32), grads(ref.mlp, torch.float64)):
+            torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
+        print("ok")
+    """)
+    env = dict(__import__("os").environ, FIELDFUSE_MLP_CPU_ISA=isa)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
