@@ -156,8 +156,8 @@ std::vector<Packed<T>> pack_weights(const Problem& p, T* dst) {
 //
 // Note [mlp CPU blocks]
 // With one 64-byte vector of C per row (MR = 4) a step of k costs 4 FMAs against 5 loads, so the
-// products ran load-bound at about half the FMA peak on an AVX-512 server (Zen 5: 29 ms for the
-// 32 → 64×4 → 16 forward + backward at B = 65 536, 2.2× PyTorch eager). How many accumulators
+// products were load-bound (Zen 5, 2 cores: 29 ms for the 32 → 64×4 → 16 forward + backward at
+// B = 65 536, 2.2× PyTorch eager; 21 ms with the blocks below). How many accumulators
 // fit depends on the register file of the build (Note [mlp CPU clones]): AVX-512's 32 zmm
 // registers hold 4 rows × 4 vectors (a whole 64-float row; 4 rows divide the 32-row tile, which 6
 // did not) plus the B vectors; AVX2's 16 ymm registers 3 rows × 4 vectors of 8 floats; SSE2's 16
@@ -186,17 +186,17 @@ using Avx512Blocks = Blocks<64, 4, 8, 8>;
 using Avx2Blocks = Blocks<32, 3, 4, 4>;
 using BaselineBlocks = Blocks<16, 0, 3, 4>;
 
-/// Rows [m0, m0 + MR) × vectors [n0, n0 + NV·count) of C: `init` null -> C += A·B (C holds the
-/// start values), else C = init (a row vector broadcast over the rows; a zero vector when `zero`)
-/// + A·B.
 // The block's loops must be unrolled for the accumulators to live in registers; GCC's -O2 left
-// the AVX2 build's 3 × 4 block in memory on the stack (8× slower) until told.
+// the AVX2 build's 3 × 4 block in memory on the stack (4.5× slower) until told.
 #if defined(__GNUC__) && !defined(__clang__)
 #define FF_MLP_UNROLL _Pragma("GCC unroll 16")
 #else
 #define FF_MLP_UNROLL
 #endif
 
+/// Rows [m0, m0 + MR) × vectors [n0, n0 + NV·count) of C: `init` null -> C += A·B (C holds the
+/// start values), else C = init (a row vector broadcast over the rows; a zero vector when `zero`)
+/// + A·B.
 template <int Bytes, int MR, int NV, class T>
 FF_FORCE_INLINE void product_block(int64_t m0, int64_t n0, int64_t k_count, int64_t n,
                                    const T* __restrict__ a, int64_t stride_am, int64_t stride_ak,

@@ -4,6 +4,11 @@ backward (gradcheck / gradgradcheck, Eikonal-loss gradients), shapes, layouts, c
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 from device_params import (CUDA_MARKS, DEVICES, F32, F64, FLOAT_DTYPES, capture_cuda_graph,
@@ -412,10 +417,6 @@ def test_cpu_builds_below_the_machine_agree(isa):
     each with its own register blocks (Note [mlp CPU blocks]); FIELDFUSE_MLP_CPU_ISA caps the
     choice. Each build, in a fresh process, against the float64 oracle: widths that take every
     block width (64, 32, 16) and a ragged one, and a batch with leftover rows."""
-    import subprocess
-    import sys
-    import textwrap
-
     script = textwrap.dedent("""
         import torch, fieldfuse
         from fieldfuse.reference import mlp as ref
@@ -433,7 +434,7 @@ def test_cpu_builds_below_the_machine_agree(isa):
             torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
         print("ok")
     """)
-    env = dict(__import__("os").environ, FIELDFUSE_MLP_CPU_ISA=isa)
+    env = dict(os.environ, FIELDFUSE_MLP_CPU_ISA=isa)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
