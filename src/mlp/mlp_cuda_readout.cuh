@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -36,9 +37,16 @@ namespace fieldfuse::detail::mlp::readout {
 // With one row per warp step (U = 1) the loads of a warp were one 128-byte row at a time and the
 // kernels ran at a quarter of the bandwidth (0.31 ms forward on the step above); U rows in flight
 // per lane is what makes them stream.
+// Rows of contiguous x (column stride 1, row stride and base 16-byte aligned, in a multiple of the
+// vector) are read (and grad_x written) V = 16 / sizeof(T) columns at a time: lane c's columns are
+// then (c + j·W)·V + v, W the power of two >= min(in / V, 32). At in = 32 float32 that is 8 lanes a
+// row, 4 rows a warp instruction, and a butterfly of 3 steps instead of 5: with one scalar a
+// lane the kernels were bound by their shuffles and index arithmetic (70 % SM throughput, 1.2 TB/s
+// on the tomography step's 1.1 M rows on an H100).
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / cuda::kWarpSize;
-constexpr int kLaneValues = 8;  ///< x values a lane holds per step (U rows × J columns)
+constexpr int kLaneValues = 8;         ///< x values a lane holds per step, scalar columns
+constexpr int kVectorLaneValues = 16;  ///< the same for vector columns (U rows × J × V)
 constexpr int kMaxInputs = kLaneValues * cuda::kWarpSize;  ///< widest input (J = 8, U = 1)
 constexpr int64_t kMaxBlocks = 1024;  ///< persistent grid (partials: blocks·(in + 1))
 
@@ -48,38 +56,58 @@ inline bool applies(const Problem& p) {
          p.layers[0].in <= kMaxInputs && p.compute_dtype == p.dtype;
 }
 
-/// log2 of the segment width W.
-inline int segment_log2(int64_t in) {
+/// V for contiguous rows: the columns of one 16-byte load.
+template <class T>
+constexpr int vector_width() {
+  return static_cast<int>(16 / sizeof(T));
+}
+
+/// log2 of the segment width W for `units` columns (or vectors of columns) a row.
+inline int segment_log2(int64_t units) {
   int log2 = 0;
-  while ((int64_t{1} << log2) < in && log2 < 5) ++log2;
+  while ((int64_t{1} << log2) < units && log2 < 5) ++log2;
   return log2;
 }
 
-/// J, the columns per lane: ceil(in / W) rounded up to a power of two (1, 2, 4 or 8).
-inline int columns_per_lane(int64_t in) {
-  const int64_t w = int64_t{1} << segment_log2(in);
+/// J, the units per lane: ceil(units / W) rounded up to a power of two (1, 2, 4 or 8).
+inline int columns_per_lane(int64_t units) {
+  const int64_t w = int64_t{1} << segment_log2(units);
   int j = 1;
-  while (j * w < in) j *= 2;
+  while (j * w < units) j *= 2;
   return j;
 }
 
-inline int64_t blocks_for(int64_t batch, int64_t in) {
+/// U, the rows a lane holds per step with J units of V columns.
+constexpr int rows_per_step(int j, int v) {
+  const int values = v == 1 ? kLaneValues : kVectorLaneValues;
+  return values / (j * v) > 1 ? values / (j * v) : 1;
+}
+
+/// The persistent grid for `in` inputs read V columns at a time (a fixed function of the problem,
+/// so the partials' order, and the bits, do not change between runs).
+inline int64_t blocks_for(int64_t batch, int64_t in, int v) {
+  const int64_t units = in / v, j = columns_per_lane(units);
   const int64_t rows_per_warp =
-      int64_t{kLaneValues / columns_per_lane(in)} * (cuda::kWarpSize >> segment_log2(in));
+      int64_t{rows_per_step(static_cast<int>(j), v)} * (cuda::kWarpSize >> segment_log2(units));
   const int64_t needed = (batch + kWarps * rows_per_warp - 1) / (kWarps * rows_per_warp);
   return needed < 1 ? 1 : needed < kMaxBlocks ? needed : kMaxBlocks;
 }
 
-/// Backward workspace: the blocks' partial [in + 1] sums (dW then db), double.
+/// Backward workspace: the blocks' partial [in + 1] sums (dW then db), double, for whichever
+/// column width the call's strides allow (the query sees no pointers).
 inline std::size_t backward_workspace_bytes(const Problem& p) {
   const int64_t in = p.layers[0].in;
-  return static_cast<std::size_t>(blocks_for(p.batch, in) * (in + 1)) * sizeof(double);
+  const int v = p.dtype == DType::Float64 ? vector_width<double>() : vector_width<float>();
+  const int64_t blocks =
+      std::max(blocks_for(p.batch, in, 1), in % v == 0 ? blocks_for(p.batch, in, v) : int64_t{1});
+  return static_cast<std::size_t>(blocks * (in + 1)) * sizeof(double);
 }
 
 template <class T>
 struct Readout {
   int64_t batch = 0, in = 0;
-  int log2_w = 0;  ///< segment width W = 1 << log2_w
+  int64_t units = 0;  ///< in / V
+  int log2_w = 0;     ///< segment width W = 1 << log2_w
   const T* x = nullptr;
   int64_t x_row = 0, x_col = 0;
   const T* w = nullptr;
@@ -87,14 +115,14 @@ struct Readout {
   const T* b = nullptr;  ///< null: no bias
 };
 
-/// One lane's place in the grid for J columns per lane: the rows it reads each step are
+/// One lane's place in the grid for J units of V columns per lane: the rows it reads each step are
 /// first + u·segments + step·n for u < U.
-template <int J>
+template <int J, int V>
 struct LanePlace {
-  static constexpr int kRows = kLaneValues / J;  ///< U
+  static constexpr int kRows = rows_per_step(J, V);  ///< U
   int64_t first, step;  ///< the warp's first row, and the rows the grid covers per step
   int segments;         ///< segments per warp (32 / W)
-  int segment, c;       ///< this lane's segment and column offset
+  int segment, c;       ///< this lane's segment and unit offset
 
   template <class T>
   __device__ FF_FORCE_INLINE explicit LanePlace(const Readout<T>& r) {
@@ -109,49 +137,95 @@ struct LanePlace {
   __device__ FF_FORCE_INLINE int64_t row(int64_t base, int u) const {
     return base + u * segments + segment;
   }
+  /// The unit of the lane's j-th slot (its columns are unit·V .. unit·V + V − 1).
+  __device__ FF_FORCE_INLINE int64_t unit(int j, int log2_w) const {
+    return c + (int64_t{j} << log2_w);
+  }
 };
 
-/// Loads the lane's J weights (0 past the input width).
-template <class T, int J>
-__device__ FF_FORCE_INLINE void load_weights(const Readout<T>& r, int c, T (&w)[J]) {
-#pragma unroll
-  for (int j = 0; j < J; ++j) {
-    const int64_t k = c + (int64_t{j} << r.log2_w);
-    w[j] = k < r.in ? r.w[k * r.w_stride] : T(0);
+/// V consecutive values from p (one 16-byte load for V > 1: p is 16-byte aligned).
+template <int V, class T>
+__device__ FF_FORCE_INLINE void load_vector(const T* p, T (&v)[V]) {
+  if constexpr (V == 1) {
+    v[0] = *p;
+  } else if constexpr (std::is_same_v<T, float>) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+    const double2 q = *reinterpret_cast<const double2*>(p);
+    v[0] = q.x, v[1] = q.y;
   }
 }
 
-/// Loads the lane's x for U rows from `base` (0 past the row's end or the batch).
-template <class T, int J>
-__device__ FF_FORCE_INLINE void load_rows(const Readout<T>& r, const LanePlace<J>& at, int64_t base,
-                                          T (&x)[LanePlace<J>::kRows][J]) {
+template <int V, class T>
+__device__ FF_FORCE_INLINE void store_vector(T* p, const T (&v)[V]) {
+  if constexpr (V == 1) {
+    *p = v[0];
+  } else if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
+  }
+}
+
+/// Loads the lane's weights (0 past the input width).
+template <class T, int J, int V>
+__device__ FF_FORCE_INLINE void load_weights(const Readout<T>& r, const LanePlace<J, V>& at,
+                                             T (&w)[J][V]) {
 #pragma unroll
-  for (int u = 0; u < LanePlace<J>::kRows; ++u) {
-    const int64_t row = at.row(base, u);
+  for (int j = 0; j < J; ++j) {
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int64_t k = at.c + (int64_t{j} << r.log2_w);
-      x[u][j] = row < r.batch && k < r.in ? r.x[row * r.x_row + k * r.x_col] : T(0);
+    for (int v = 0; v < V; ++v) {
+      const int64_t k = at.unit(j, r.log2_w) * V + v;
+      w[j][v] = k < r.in ? r.w[k * r.w_stride] : T(0);
     }
   }
 }
 
-/// p of row u: the bias plus the segment's butterfly sum of its lanes' Σ_j w_k·x_k.
-template <class T, int J>
-__device__ FF_FORCE_INLINE T pre_activation(const Readout<T>& r, T bias, const T (&w)[J],
-                                            const T (&x)[J]) {
+/// Loads the lane's x for U rows from `base` (0 past the row's end or the batch).
+template <class T, int J, int V>
+__device__ FF_FORCE_INLINE void load_rows(const Readout<T>& r, const LanePlace<J, V>& at,
+                                          int64_t base, T (&x)[LanePlace<J, V>::kRows][J][V]) {
+#pragma unroll
+  for (int u = 0; u < LanePlace<J, V>::kRows; ++u) {
+    const int64_t row = at.row(base, u);
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int64_t unit = at.unit(j, r.log2_w);
+      if (row < r.batch && unit < r.units) {
+        if constexpr (V == 1) {
+          x[u][j][0] = r.x[row * r.x_row + unit * r.x_col];
+        } else {
+          load_vector<V>(r.x + row * r.x_row + unit * V, x[u][j]);
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) x[u][j][v] = T(0);
+      }
+    }
+  }
+}
+
+/// p of row u: the bias plus the segment's butterfly sum of its lanes' Σ w_k·x_k.
+template <class T, int J, int V>
+__device__ FF_FORCE_INLINE T pre_activation(const Readout<T>& r, T bias, const T (&w)[J][V],
+                                            const T (&x)[J][V]) {
   T partial = 0;
 #pragma unroll
-  for (int j = 0; j < J; ++j) partial += w[j] * x[j];
+  for (int j = 0; j < J; ++j) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) partial += w[j][v] * x[j][v];
+  }
   return bias + cuda::group_sum(partial, r.log2_w);
 }
 
-template <class T, int J, class Act>
+template <class T, int J, int V, class Act>
 __global__ void __launch_bounds__(kThreads) forward_kernel(Readout<T> r, Act act, T* out) {
-  constexpr int U = LanePlace<J>::kRows;
-  const LanePlace<J> at(r);
-  T w[J], x[U][J];
-  load_weights(r, at.c, w);
+  using Place = LanePlace<J, V>;
+  constexpr int U = Place::kRows;
+  const Place at(r);
+  T w[J][V], x[U][J][V];
+  load_weights(r, at, w);
   const T bias = r.b != nullptr ? *r.b : T(0);
   // Whole warps run every step (the butterflies need all lanes): rows past the batch load zeros.
   for (int64_t base = at.first; base < r.batch; base += at.step) {
@@ -165,14 +239,15 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Readout<T> r, Act act
   }
 }
 
-template <class T, int J, class Act>
+template <class T, int J, int V, class Act>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(Readout<T> r, Act act, MatrixView grad_out, T* grad_x, double* partials) {
-  constexpr int U = LanePlace<J>::kRows;
+  using Place = LanePlace<J, V>;
+  constexpr int U = Place::kRows;
   __shared__ T warp_sums[kWarps][kMaxInputs + 1];
-  const LanePlace<J> at(r);
-  T w[J], x[U][J], dw[J] = {}, db = 0;
-  load_weights(r, at.c, w);
+  const Place at(r);
+  T w[J][V], x[U][J][V], dw[J][V] = {}, db = 0;
+  load_weights(r, at, w);
   const T bias = r.b != nullptr ? *r.b : T(0);
   const T* g = static_cast<const T*>(grad_out.data);
   for (int64_t base = at.first; base < r.batch; base += at.step) {
@@ -189,9 +264,16 @@ __global__ void __launch_bounds__(kThreads)
       const T delta = upstream[u] * act.d1(pre_activation(r, bias, w, x[u]));
 #pragma unroll
       for (int j = 0; j < J; ++j) {
-        const int64_t k = at.c + (int64_t{j} << r.log2_w);
-        dw[j] += delta * x[u][j];
-        if (grad_x != nullptr && row < r.batch && k < r.in) grad_x[row * r.in + k] = delta * w[j];
+        T gx[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          dw[j][v] += delta * x[u][j][v];
+          gx[v] = delta * w[j][v];
+        }
+        const int64_t unit = at.unit(j, r.log2_w);
+        if (grad_x != nullptr && row < r.batch && unit < r.units) {
+          store_vector<V>(grad_x + row * r.in + unit * V, gx);
+        }
       }
       if (at.c == 0) db += delta;  // rows past the batch have δ = 0
     }
@@ -200,11 +282,15 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = static_cast<int>(threadIdx.x / cuda::kWarpSize);
 #pragma unroll
   for (int j = 0; j < J; ++j) {
-    for (int offset = 1 << r.log2_w; offset < cuda::kWarpSize; offset <<= 1) {
-      dw[j] += __shfl_xor_sync(cuda::kFullWarp, dw[j], offset);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      T sum = dw[j][v];
+      for (int offset = 1 << r.log2_w; offset < cuda::kWarpSize; offset <<= 1) {
+        sum += __shfl_xor_sync(cuda::kFullWarp, sum, offset);
+      }
+      const int64_t k = at.unit(j, r.log2_w) * V + v;
+      if (at.segment == 0 && k < r.in) warp_sums[warp][k] = sum;
     }
-    const int64_t k = at.c + (int64_t{j} << r.log2_w);
-    if (at.segment == 0 && k < r.in) warp_sums[warp][k] = dw[j];
   }
   db = cuda::warp_sum(db);  // lanes with c != 0 hold 0
   if (cuda::lane_id() == 0) warp_sums[warp][r.in] = db;
@@ -234,10 +320,11 @@ __global__ void finish_kernel(const double* partials, int64_t blocks, int64_t in
   if (column == in && grad_b != nullptr) *grad_b = static_cast<T>(sum);
 }
 
-/// Calls run(std::integral_constant<int, J>) for the problem's columns per lane.
-template <class Run>
-void visit_columns(int64_t in, const Run& run) {
-  switch (columns_per_lane(in)) {
+/// Calls run(J) with J the units per lane as an integral constant, J <= kMaxJ (columns of V > 1
+/// number at most kMaxInputs / 2 units, so J <= 4 there).
+template <int kMaxJ, class Run>
+void visit_columns(int64_t units, const Run& run) {
+  switch (columns_per_lane(units)) {
     case 1:
       return run(std::integral_constant<int, 1>{});
     case 2:
@@ -245,17 +332,29 @@ void visit_columns(int64_t in, const Run& run) {
     case 4:
       return run(std::integral_constant<int, 4>{});
     default:
-      return run(std::integral_constant<int, 8>{});
+      return run(std::integral_constant<int, kMaxJ>{});
   }
 }
 
+/// V for this call: vector_width<T>() when x's rows are contiguous, 16-byte aligned and a whole
+/// number of vectors long (and grad_x, when written, is aligned too), else 1.
 template <class T>
-Readout<T> readout_of(const Problem& p, const MatrixView& x) {
+int vector_of(const Problem& p, const MatrixView& x, const void* grad_x) {
+  constexpr int v = vector_width<T>();
+  const auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  const bool fits = p.layers[0].in % v == 0 && x.stride_col == 1 && x.stride_row % v == 0 &&
+                    aligned(x.data) && (grad_x == nullptr || aligned(grad_x));
+  return fits ? v : 1;
+}
+
+template <class T>
+Readout<T> readout_of(const Problem& p, const MatrixView& x, int v) {
   const LayerView& layer = p.layers[0];
   Readout<T> r;
   r.batch = p.batch;
   r.in = layer.in;
-  r.log2_w = segment_log2(layer.in);
+  r.units = layer.in / v;
+  r.log2_w = segment_log2(r.units);
   r.x = static_cast<const T*>(x.data);
   r.x_row = x.stride_row;
   r.x_col = x.stride_col;
@@ -265,6 +364,17 @@ Readout<T> readout_of(const Problem& p, const MatrixView& x) {
   return r;
 }
 
+/// Calls run(J, V) as integral constants for the call's layout.
+template <class T, class Run>
+void visit_layout(const Readout<T>& r, int v, const Run& run) {
+  if (v == 1) {
+    visit_columns<8>(r.units, [&](auto j) { run(j, std::integral_constant<int, 1>{}); });
+  } else {
+    visit_columns<4>(r.units,
+                     [&](auto j) { run(j, std::integral_constant<int, vector_width<T>()>{}); });
+  }
+}
+
 template <class T>
 void forward(const ForwardArgs& a) {
   const Problem& p = a.problem;
@@ -272,11 +382,12 @@ void forward(const ForwardArgs& a) {
   cuda::ProfileRange range(p.op);
   cuda::DeviceGuard guard(p.device.index, p.op);
   const cudaStream_t stream = static_cast<cudaStream_t>(a.stream.handle);
-  const Readout<T> r = readout_of<T>(p, a.x);
-  const unsigned blocks = static_cast<unsigned>(blocks_for(p.batch, r.in));
+  const int v = vector_of<T>(p, a.x, nullptr);
+  const Readout<T> r = readout_of<T>(p, a.x, v);
+  const unsigned blocks = static_cast<unsigned>(blocks_for(p.batch, r.in, v));
   visit_activation<T>(p.output_activation, p.params, [&](auto act) {
-    visit_columns(r.in, [&](auto columns) {
-      forward_kernel<T, decltype(columns)::value>
+    visit_layout(r, v, [&](auto columns, auto width) {
+      forward_kernel<T, decltype(columns)::value, decltype(width)::value>
           <<<blocks, kThreads, 0, stream>>>(r, act, static_cast<T*>(a.out));
     });
   });
@@ -290,13 +401,14 @@ void backward(const BackwardArgs& a) {
   cuda::ProfileRange range(p.op);
   cuda::DeviceGuard guard(p.device.index, p.op);
   const cudaStream_t stream = static_cast<cudaStream_t>(a.stream.handle);
-  const int64_t blocks = blocks_for(p.batch, layer.in), in = layer.in;
+  const int v = vector_of<T>(p, a.x, a.grad_x);
+  const int64_t blocks = blocks_for(p.batch, layer.in, v), in = layer.in;
   auto* partials = static_cast<double*>(a.workspace);
-  const Readout<T> r = readout_of<T>(p, a.x);
+  const Readout<T> r = readout_of<T>(p, a.x, v);
   // With no rows each block's partial is written as zero, so the sums are 0 (the contract).
   visit_activation<T>(p.output_activation, p.params, [&](auto act) {
-    visit_columns(r.in, [&](auto columns) {
-      backward_kernel<T, decltype(columns)::value>
+    visit_layout(r, v, [&](auto columns, auto width) {
+      backward_kernel<T, decltype(columns)::value, decltype(width)::value>
           <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
               r, act, a.grad_out, static_cast<T*>(a.grad_x), partials);
     });

@@ -113,3 +113,32 @@ def test_nan_row_stays_in_its_row(device):
     y, grads = _grads(x, w, b, g_out, fieldfuse.mlp)
     assert torch.isnan(y[4]).all() and torch.isfinite(y[[0, 1, 2, 3, 5]]).all()
     assert torch.isfinite(grads[0][[0, 1, 2, 3, 5]]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_row_layouts_agree(device, dtype):
+    # CUDA reads contiguous, 16-byte aligned rows a vector at a time and everything else a column
+    # at a time (Note [mlp readout]): aligned, padded-row, misaligned and odd-pitch views of the
+    # same values all give the oracle's answer.
+    w, b = _readout(32, dtype, device)
+    wide = _x(3001, 40, dtype, device)
+    views = {
+        "contiguous": wide[:, :32].contiguous(),
+        "row pitch 40": wide[:, 4:36],
+        "misaligned base": wide[:, 1:33],
+        "row pitch 33": torch.cat([wide[:, :32], wide[:, :1]], 1)[:, :32],
+    }
+    g_out = _x(3001, 1, dtype, device, seed=3)
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == F64 else dict(rtol=2e-5, atol=2e-5)
+    for name, x in views.items():
+        leaves = [x.requires_grad_(), w.detach().requires_grad_(), b.detach().requires_grad_()]
+        y = fieldfuse.mlp(leaves[0], [leaves[1]], [leaves[2]])
+        grads = torch.autograd.grad(y, leaves, g_out)
+        x = x.detach()
+        y_ref, grads_ref = _grads(x.double(), w.double(), b.double(), g_out.double(), ref.mlp)
+        torch.testing.assert_close(y, y_ref.to(dtype), **tol, msg=name)
+        torch.testing.assert_close(grads[0], grads_ref[0].to(dtype), **tol, msg=name)
+        sum_tol = tol if dtype == F64 else dict(rtol=1e-4, atol=1e-2)
+        for a, r in zip(grads[1:], grads_ref[1:]):
+            torch.testing.assert_close(a, r.to(dtype), **sum_tol, msg=name)
