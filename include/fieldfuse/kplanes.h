@@ -134,6 +134,10 @@ void kplanes_tilted_taps_backward(const TensorRef& pts, const TensorRef& rotatio
 /// A batch and its volume-TV taps in one launch and one backward (which accumulates into the
 /// planes once): `features [B, F]` of `pts` and `tap_features [4, N, F]` of `tap_pts`, each
 /// bit-identical to the separate calls.
+/// `valid` (bool `[B]`, or null: every point) marks the points to evaluate, as the padded
+/// ray–box sampler returns it: an invalid point's feature row is 0 and it adds nothing to any
+/// gradient (its upstream gradient is not read), so the padding of a padded batch costs neither
+/// corner reads nor atomics. Tap points are always evaluated.
 std::size_t kplanes_tilted_with_taps_forward_workspace_size(const TensorRef& pts,
                                                             const TensorRef& tap_pts,
                                                             const TensorRef& rotations,
@@ -142,15 +146,15 @@ std::size_t kplanes_tilted_with_taps_forward_workspace_size(const TensorRef& pts
 void kplanes_tilted_with_taps_forward(const TensorRef& pts, const TensorRef& tap_pts,
                                       const TensorRef& rotations, const TensorRef* planes,
                                       int num_levels, double h, const double* gates,
-                                      const TensorRef& features, const TensorRef& tap_features,
-                                      void* workspace, std::size_t workspace_bytes,
-                                      Stream stream = {});
+                                      const TensorRef* valid, const TensorRef& features,
+                                      const TensorRef& tap_features, void* workspace,
+                                      std::size_t workspace_bytes, Stream stream = {});
 std::size_t kplanes_tilted_with_taps_backward_workspace_size(
     const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
     const TensorRef* planes, int num_levels, bool wants_grad_planes, bool deterministic);
 void kplanes_tilted_with_taps_backward(
     const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
-    const TensorRef* planes, int num_levels, double h, const double* gates,
+    const TensorRef* planes, int num_levels, double h, const double* gates, const TensorRef* valid,
     const TensorRef& grad_features, const TensorRef& grad_tap_features, const TensorRef* grad_pts,
     const TensorRef* grad_tap_pts, const TensorRef* grad_rotations, const TensorRef* grad_planes,
     bool deterministic, void* workspace, std::size_t workspace_bytes, Stream stream = {});

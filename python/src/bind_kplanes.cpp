@@ -59,7 +59,8 @@ struct Levels {
   Levels& operator=(const Levels&) = delete;
 };
 
-/// An optional gradient output: a TensorRef and the pointer the C++ API takes (null: not wanted).
+/// An optional tensor (a gradient output, or the `valid` mask): a TensorRef and the pointer the
+/// C++ API takes (null: absent).
 struct OptionalOutput {
   TensorRef ref;
   const TensorRef* ptr = nullptr;
@@ -292,9 +293,11 @@ void bind_kplanes(nb::module_& m) {
       "kplanes_tilted_with_taps_forward",
       [](const Array& pts, const Array& tap_pts, const Array& rotations,
          const std::vector<Array>& planes, double h, const Gates& gates, const Array& features,
-         const Array& tap_features, const Array& workspace, std::uintptr_t stream) {
+         const Array& tap_features, const Array& workspace, std::uintptr_t stream,
+         const OptionalArray& valid) {
         constexpr const char* op = "kplanes_tilted_with_taps";
         const Levels levels(planes, gates, op);
+        const OptionalOutput mask(valid, op, "valid");
         const TensorRef p = to_tensor_ref(pts, op, "pts");
         const TensorRef t = to_tensor_ref(tap_pts, op, "tap_pts");
         const TensorRef r = to_tensor_ref(rotations, op, "rotations");
@@ -302,12 +305,12 @@ void bind_kplanes(nb::module_& m) {
         const TensorRef taps = to_tensor_ref(tap_features, op, "tap_features");
         nb::gil_scoped_release release;
         kplanes_tilted_with_taps_forward(p, t, r, levels.planes.data(), levels.count(), h,
-                                         levels.gates_data, out, taps, workspace.data(),
+                                         levels.gates_data, mask.ptr, out, taps, workspace.data(),
                                          workspace.nbytes(), to_stream(stream));
       },
       "pts"_a.noconvert(), "tap_pts"_a.noconvert(), "rotations"_a.noconvert(), "planes"_a, "h"_a,
       "gates"_a.none(), "features"_a.noconvert(), "tap_features"_a.noconvert(),
-      "workspace"_a.noconvert(), "stream"_a);
+      "workspace"_a.noconvert(), "stream"_a, "valid"_a.noconvert().none() = nb::none());
   m.def(
       "kplanes_tilted_with_taps_forward_workspace_size",
       [](const Array& pts, const Array& tap_pts, const Array& rotations,
@@ -339,9 +342,10 @@ void bind_kplanes(nb::module_& m) {
          const Array& grad_tap_features, const OptionalArray& grad_pts,
          const OptionalArray& grad_tap_pts, const OptionalArray& grad_rotations,
          const OptionalArrays& grad_planes, bool deterministic, const Array& workspace,
-         std::uintptr_t stream) {
+         std::uintptr_t stream, const OptionalArray& valid) {
         constexpr const char* op = "kplanes_tilted_with_taps_backward";
         const Levels levels(planes, gates, op);
+        const OptionalOutput mask(valid, op, "valid");
         const TensorRef p = to_tensor_ref(pts, op, "pts");
         const TensorRef t = to_tensor_ref(tap_pts, op, "tap_pts");
         const TensorRef r = to_tensor_ref(rotations, op, "rotations");
@@ -353,15 +357,15 @@ void bind_kplanes(nb::module_& m) {
         const OptionalLevels gl(grad_planes, planes.size(), op);
         nb::gil_scoped_release release;
         kplanes_tilted_with_taps_backward(p, t, r, levels.planes.data(), levels.count(), h,
-                                          levels.gates_data, gf, gt, gp.ptr, gtp.ptr, gr.ptr,
-                                          gl.ptr, deterministic, workspace.data(),
+                                          levels.gates_data, mask.ptr, gf, gt, gp.ptr, gtp.ptr,
+                                          gr.ptr, gl.ptr, deterministic, workspace.data(),
                                           workspace.nbytes(), to_stream(stream));
       },
       "pts"_a.noconvert(), "tap_pts"_a.noconvert(), "rotations"_a.noconvert(), "planes"_a, "h"_a,
       "gates"_a.none(), "grad_features"_a.noconvert(), "grad_tap_features"_a.noconvert(),
       "grad_pts"_a.noconvert().none(), "grad_tap_pts"_a.noconvert().none(),
       "grad_rotations"_a.noconvert().none(), "grad_planes"_a.none(), "deterministic"_a,
-      "workspace"_a.noconvert(), "stream"_a);
+      "workspace"_a.noconvert(), "stream"_a, "valid"_a.noconvert().none() = nb::none());
 
   m.def(
       "plane_tv_workspace_size",

@@ -92,6 +92,15 @@ Problem make_problem(const char* op, const Call& in, bool needs_data = true) {
     pb.h = in.h;
   }
 
+  if (!is_absent(in.valid)) {
+    detail::check_storage(op, "valid", in.valid, needs_data);
+    detail::check_dtype(op, "valid", in.valid, DType::Bool, "a mask of the points");
+    detail::check_shape(op, "valid", in.valid, {pb.pts.rows}, "[B] with B the rows of pts");
+    detail::check_same_device(op, "valid", in.valid, ref_arg, ref);
+    pb.valid = static_cast<const bool*>(in.valid.data);
+    pb.valid_stride = in.valid.strides[0];
+  }
+
   const std::string dtype_why = "the dtype of " + std::string(ref_arg);
   if (pb.variant == Variant::kTilted) {
     check_geometry_tensor(op, "rotations", in.rotations, needs_data);
@@ -466,10 +475,12 @@ Call taps_call(const TensorRef& pts, const TensorRef& rotations, const TensorRef
 }
 
 Call with_taps_call(const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
-                    const TensorRef* planes, int num_levels, double h, const double* gates) {
+                    const TensorRef* planes, int num_levels, double h, const double* gates,
+                    const TensorRef* valid = nullptr) {
   Call call = tilted_call(pts, rotations, planes, num_levels, gates);
   call.tap_pts = tap_pts;
   call.h = h;
+  if (valid != nullptr) call.valid = *valid;
   return call;
 }
 
@@ -620,11 +631,13 @@ std::size_t kplanes_tilted_with_taps_forward_workspace_size(const TensorRef& pts
 void kplanes_tilted_with_taps_forward(const TensorRef& pts, const TensorRef& tap_pts,
                                       const TensorRef& rotations, const TensorRef* planes,
                                       int num_levels, double h, const double* gates,
-                                      const TensorRef& features, const TensorRef& tap_features,
-                                      void* workspace, std::size_t workspace_bytes, Stream stream) {
-  detail::kplanes::forward("kplanes_tilted_with_taps",
-                           with_taps_call(pts, tap_pts, rotations, planes, num_levels, h, gates),
-                           features, tap_features, workspace, workspace_bytes, stream);
+                                      const TensorRef* valid, const TensorRef& features,
+                                      const TensorRef& tap_features, void* workspace,
+                                      std::size_t workspace_bytes, Stream stream) {
+  detail::kplanes::forward(
+      "kplanes_tilted_with_taps",
+      with_taps_call(pts, tap_pts, rotations, planes, num_levels, h, gates, valid), features,
+      tap_features, workspace, workspace_bytes, stream);
 }
 
 std::size_t kplanes_tilted_with_taps_backward_workspace_size(
@@ -638,15 +651,15 @@ std::size_t kplanes_tilted_with_taps_backward_workspace_size(
 
 void kplanes_tilted_with_taps_backward(
     const TensorRef& pts, const TensorRef& tap_pts, const TensorRef& rotations,
-    const TensorRef* planes, int num_levels, double h, const double* gates,
+    const TensorRef* planes, int num_levels, double h, const double* gates, const TensorRef* valid,
     const TensorRef& grad_features, const TensorRef& grad_tap_features, const TensorRef* grad_pts,
     const TensorRef* grad_tap_pts, const TensorRef* grad_rotations, const TensorRef* grad_planes,
     bool deterministic, void* workspace, std::size_t workspace_bytes, Stream stream) {
-  detail::kplanes::backward("kplanes_tilted_with_taps_backward",
-                            with_taps_call(pts, tap_pts, rotations, planes, num_levels, h, gates),
-                            grad_features, grad_tap_features,
-                            {grad_pts, grad_tap_pts, grad_rotations, grad_planes}, deterministic,
-                            workspace, workspace_bytes, stream);
+  detail::kplanes::backward(
+      "kplanes_tilted_with_taps_backward",
+      with_taps_call(pts, tap_pts, rotations, planes, num_levels, h, gates, valid), grad_features,
+      grad_tap_features, {grad_pts, grad_tap_pts, grad_rotations, grad_planes}, deterministic,
+      workspace, workspace_bytes, stream);
 }
 
 }  // namespace fieldfuse

@@ -24,6 +24,7 @@ struct Call {
   const TensorRef* planes = nullptr;
   int num_levels = 0;
   const double* gates = nullptr;  ///< `num_levels` finite factors, or null (all 1)
+  TensorRef valid;                ///< bool `[B]`: the points evaluated; absent: all
 };
 
 /// Where a backward writes; a null pointer skips that gradient (and the work only it needs).

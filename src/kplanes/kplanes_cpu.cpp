@@ -78,6 +78,13 @@ void forward_typed(const Problem& pb, const ForwardOutputs& out) {
         const int64_t end = std::min(pb.num_slots(), (chunk + 1) * kSlotsPerChunk);
         for (int64_t s = chunk * kSlotsPerChunk; s < end; ++s) {
           const Slot slot = slot_of(s, num_points);
+          if (!evaluated(slot, pb.valid, pb.valid_stride)) {
+            for (const Level& level : pb.levels) {
+              T* out_row = features + slot.row * f + level.column + t * level.view.channels;
+              std::fill(out_row, out_row + level.view.channels, T(0));
+            }
+            continue;
+          }
           T p[3];
           slot_point(pb, slot, p);
           for (int tap = 0; tap < slot.num_positions; ++tap) {
@@ -169,6 +176,10 @@ void slot_backward(const BackwardArgs& a, const Level& level, int t, const T (&R
   const T h = static_cast<T>(pb.h);
   const Slot slot = slot_of(s, pb.pts.rows);
   T p[3], dp[3] = {0, 0, 0}, dR[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  if (!evaluated(slot, pb.valid, pb.valid_stride)) {
+    if (keep) dp_out[0] = dp_out[1] = dp_out[2] = T(0);
+    return;
+  }
   slot_point(pb, slot, p);
   for (int tap = 0; tap < slot.num_positions; ++tap) {
     T r[3], dr[3];

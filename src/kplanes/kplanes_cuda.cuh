@@ -54,6 +54,8 @@ struct Geometry {
   const void* rotations = nullptr;
   int64_t rotation_strides[3] = {0, 0, 0};
   int num_tilts = 1;
+  const bool* valid = nullptr;  ///< Problem::valid
+  int64_t valid_stride = 0;
 };
 
 inline Geometry geometry_of(const Problem& pb) {
@@ -64,6 +66,8 @@ inline Geometry geometry_of(const Problem& pb) {
   g.rotations = pb.rotations;
   for (int i = 0; i < 3; ++i) g.rotation_strides[i] = pb.rotation_strides[i];
   g.num_tilts = pb.num_tilts;
+  g.valid = pb.valid;
+  g.valid_stride = pb.valid_stride;
   return g;
 }
 

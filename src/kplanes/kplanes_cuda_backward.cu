@@ -76,6 +76,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
        first += grid_stride) {
     const LaneGroup group = lane_group(first + threadIdx.x, lanes_log2, num_slots);
     const Slot slot = slot_of(group.live ? group.slot : 0, geo.pts.rows);
+    // An unevaluated point takes a zero upstream gradient (so the scatter skips it and the
+    // deterministic path stores zero shares).
+    const bool evaluated_slot = evaluated(slot, geo.valid, geo.valid_stride);
     T p[3] = {0, 0, 0}, dp[3] = {0, 0, 0};
     if (group.live) slot_point(geo, slot, p);
     // The shuffles of group_sum need every lane of the warp, so the whole warp runs as many tap
@@ -96,10 +99,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         const int64_t first_col = level.column + t * v.channels;
         T d_index_x[3] = {0, 0, 0}, d_index_y[3] = {0, 0, 0};
         for (int64_t c0 = group.lane * kLanes; c0 < v.channels; c0 += stride) {
-          T g[kLanes];
-          upstream_chunk<T, G>(pick(slot.is_tap_point, grad_tap_features, grad_features),
-                               slot.is_tap_point ? tap : 0, slot.row, first_col, c0, v.channels,
-                               table.features_vector[l], g);
+          T g[kLanes] = {};
+          if (evaluated_slot) {
+            upstream_chunk<T, G>(pick(slot.is_tap_point, grad_tap_features, grad_features),
+                                 slot.is_tap_point ? tap : 0, slot.row, first_col, c0, v.channels,
+                                 table.features_vector[l], g);
+          }
           if constexpr (kPlanes == PlaneGradient::kScatter) {
             // Note [zero upstream]: a chunk with no upstream gradient adds nothing anywhere.
             if (all_zero(g)) continue;

@@ -10,6 +10,26 @@
 namespace fieldfuse::detail::kplanes {
 namespace {
 
+/// The zero feature row of an unevaluated point: this tilt's channels of every level, from this
+/// lane's first channel c0 in steps of `stride`.
+template <class O>
+__device__ FF_FORCE_INLINE void write_zero_features(const LevelTable& table, O* row, int t,
+                                                    int64_t c0, int64_t stride) {
+  for (int l = 0; l < table.count; ++l) {
+    const Level& level = table.levels[l];
+    const int64_t channels = level.view.channels;
+    O* out = row + level.column + t * channels;
+    for (int64_t c = c0; c < channels; c += stride) {
+      if (table.features_vector[l]) {
+        const compute_t<O> zero[kLanes] = {};
+        store4(out + c, zero);
+      } else {
+        for (int j = 0; j < kLanes && c + j < channels; ++j) out[c + j] = O(0);
+      }
+    }
+  }
+}
+
 template <Variant V, class S, class O>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     forward_kernel(Geometry geo, const __grid_constant__ LevelTable table, O* __restrict__ features,
@@ -22,6 +42,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int64_t stride = int64_t{kLanes} << lanes_log2;  // channels per round of the group
   const int t = blockIdx.y;
   const Slot slot = slot_of(group.slot, geo.pts.rows);
+  if (!evaluated(slot, geo.valid, geo.valid_stride)) {
+    write_zero_features(table, features + slot.row * num_features, t, group.lane * kLanes, stride);
+    return;
+  }
   T p[3], R[9];
   slot_point(geo, slot, p);
   rotation_of<V>(geo, t, R);

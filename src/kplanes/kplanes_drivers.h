@@ -86,6 +86,8 @@ struct Problem {
   int num_tilts = 1;
   std::vector<Level> levels;
   int64_t num_features = 0;
+  const bool* valid = nullptr;  ///< [B] points evaluated (stride valid_stride), or null: all
+  int64_t valid_stride = 0;
 
   int64_t num_slots() const { return pts.rows + tap_pts.rows; }
   /// Positions evaluated (B + 4N), each one feature row.
@@ -208,6 +210,13 @@ struct Slot {
 
 FF_HOST_DEVICE FF_FORCE_INLINE Slot slot_of(int64_t s, int64_t num_points) {
   return s < num_points ? Slot{false, s, 1} : Slot{true, s - num_points, kTapsPerTapPoint};
+}
+
+/// Whether a slot is evaluated: tap points always, points unless the `valid` mask (if any) says
+/// not. An unevaluated point has zero features and no gradient.
+FF_HOST_DEVICE FF_FORCE_INLINE bool evaluated(const Slot& slot, const bool* valid,
+                                              int64_t valid_stride) {
+  return slot.is_tap_point || valid == nullptr || valid[slot.row * valid_stride];
 }
 
 /// Element (tap, row, col) of a [rows, F] or [4, rows, F] matrix stored as S, as T.

@@ -558,11 +558,15 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
                   pts_rs = tensor(points, {R, S, 3}), delta_rs = tensor(delta_ts, {R, S}),
                   valid_rs = tensor(valid, {R, S}, DType::Bool);
   ray_box_samples_padded_forward(o_ref, d_ref, ds, pts_rs, delta_rs, valid_rs, stream);
-  glue::SpreadPaddingStage<T> spread;
-  spread.capacity = S;
-  spread.valid = valid.as<bool>();
-  spread.points = points.as<T>();
-  glue::for_each(device, R * S, 16, spread, stream);
+  if (options.deterministic) {
+    // The K-Planes ops skip the padding (the `valid` mask below), but the deterministic plane
+    // gradient still sorts every position by cell (SpreadPaddingStage).
+    glue::SpreadPaddingStage<T> spread;
+    spread.capacity = S;
+    spread.valid = valid.as<bool>();
+    spread.points = points.as<T>();
+    glue::for_each(device, R * S, 16, spread, stream);
+  }
 
   glue::TapStage<T> tap;
   tap.rays = R;
@@ -577,14 +581,15 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
   // Field: features of the samples and of the taps, decoder, density.
   const std::vector<TensorRef> planes = plane_views(false), grad_planes = plane_views(true);
   const TensorRef pts = tensor(points, {R * S, 3}), tap_pts = tensor(tap_points, {N, 3}),
-                  rot = tensor(field_rotations, {Tt, 3, 3});
+                  rot = tensor(field_rotations, {Tt, 3, 3}),
+                  valid_mask = tensor(valid, {R * S}, DType::Bool);
   T* rows_base = feature_rows.as<T>();
   const TensorRef sample_features = TensorRef::contiguous(rows_base, dtype, device, {R * S, F});
   const TensorRef tap_features =
       TensorRef::contiguous(rows_base + R * S * F, dtype, device, {4, N, F});
-  kplanes_tilted_with_taps_forward(pts, tap_pts, rot, planes.data(), L, h, nullptr, sample_features,
-                                   tap_features, kplanes_forward_ws.data(), kplanes_forward_bytes,
-                                   stream);
+  kplanes_tilted_with_taps_forward(pts, tap_pts, rot, planes.data(), L, h, nullptr, &valid_mask,
+                                   sample_features, tap_features, kplanes_forward_ws.data(),
+                                   kplanes_forward_bytes, stream);
   const TensorRef rows = tensor(feature_rows, {M, F}), raw_ref = tensor(raw, {M, 1});
   const std::vector<TensorRef> weights = decoder_views(false, false),
                                biases = decoder_views(true, false);
@@ -666,9 +671,9 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
   const TensorRef grad_pts = tensor(grad_points, {R * S, 3}),
                   grad_rot = tensor(grad_field_rotations, {Tt, 3, 3});
   kplanes_tilted_with_taps_backward(
-      pts, tap_pts, rot, planes.data(), L, h, nullptr, grad_sample_features, grad_tap_features,
-      pose_on ? &grad_pts : nullptr, nullptr, &grad_rot, grad_planes.data(), options.deterministic,
-      kplanes_backward_ws.data(), kplanes_backward_bytes, stream);
+      pts, tap_pts, rot, planes.data(), L, h, nullptr, &valid_mask, grad_sample_features,
+      grad_tap_features, pose_on ? &grad_pts : nullptr, nullptr, &grad_rot, grad_planes.data(),
+      options.deterministic, kplanes_backward_ws.data(), kplanes_backward_bytes, stream);
   if (plane_term) {
     // Added straight into the planes' gradient, which the K-Planes backward has just written.
     plane_tv_backward(planes.data(), L, static_cast<int>(Tt), PlaneTVNorm::Mean,

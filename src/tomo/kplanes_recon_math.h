@@ -269,11 +269,11 @@ FF_HOST_DEVICE FF_FORCE_INLINE T density_derivative(T raw) {
 }
 
 /// Padding slot (r, s) of the padded samples takes the position of the ray's valid sample
-/// s mod count (count: the ray's valid samples, a prefix of its row). The padding's density is
-/// masked and its gradient is 0 either way; what this changes is where the K-Planes kernels
-/// look: ray_box_samples_padded leaves padding at the origin, and ~40 % of all samples in one
-/// plane cell made the deterministic plane gradient one run of 400 000 entries (145 ms a step
-/// at the reference configuration) and would make the atomic one contend on one address.
+/// s mod count (count: the ray's valid samples, a prefix of its row). The K-Planes ops skip the
+/// padding (their `valid` mask), but the deterministic plane gradient still sorts every position
+/// by cell: ray_box_samples_padded leaves padding at the origin, and ~40 % of all samples in one
+/// plane cell made that gather one run of 400 000 entries (145 ms a step at the reference
+/// configuration). The step runs this stage for the deterministic gradient only.
 template <class T>
 struct SpreadPaddingStage {
   int64_t capacity = 0;  ///< S

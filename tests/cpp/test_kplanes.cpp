@@ -1074,7 +1074,8 @@ TEST(KPlanesPublicEntries, TiltedEntriesMatchTheSharedImplementation) {
                                          tap_out.ref, fw, forward_bytes);
   EXPECT_TRUE(same_bits(tap_out.logical(), taps));
   fieldfuse::kplanes_tilted_with_taps_forward(a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2,
-                                              0.1, gates, out.ref, tap_out.ref, fw, forward_bytes);
+                                              0.1, gates, nullptr, out.ref, tap_out.ref, fw,
+                                              forward_bytes);
   EXPECT_TRUE(same_bits(out.logical(), features));
   EXPECT_TRUE(same_bits(tap_out.logical(), taps));
   EXPECT_EQ(fieldfuse::kplanes_num_features(planes, 2, a.tilts), a.features_count);
@@ -1102,9 +1103,9 @@ TEST(KPlanesPublicEntries, TiltedEntriesMatchTheSharedImplementation) {
           a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, false, false),
       [&](void* w, size_t n) {
         fieldfuse::kplanes_tilted_with_taps_backward(
-            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, gates, a.grad_features.ref,
-            a.grad_tap_features.ref, &a.grad_pts.ref, &a.grad_tap_pts.ref, &a.grad_rotations.ref,
-            nullptr, false, w, n);
+            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, gates, nullptr,
+            a.grad_features.ref, a.grad_tap_features.ref, &a.grad_pts.ref, &a.grad_tap_pts.ref,
+            &a.grad_rotations.ref, nullptr, false, w, n);
       });
 }
 
@@ -1188,8 +1189,8 @@ TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
   expect_prefix(
       [&] {
         fieldfuse::kplanes_tilted_with_taps_forward(a.pts.ref, a.tap_pts.ref, a.rotations.ref,
-                                                    planes, 2, 0.1, nullptr, a.features.ref,
-                                                    a.tap_features.ref, w, n);
+                                                    planes, 2, 0.1, nullptr, nullptr,
+                                                    a.features.ref, a.tap_features.ref, w, n);
       },
       "kplanes_tilted_with_taps(): expected pts");
   expect_prefix(
@@ -1207,8 +1208,9 @@ TEST(KPlanesPublicEntries, EveryEntryNamesItselfFirst) {
   expect_prefix(
       [&] {
         fieldfuse::kplanes_tilted_with_taps_backward(
-            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr, a.grad_features.ref,
-            a.grad_tap_features.ref, nullptr, nullptr, nullptr, nullptr, false, w, n);
+            a.pts.ref, a.tap_pts.ref, a.rotations.ref, planes, 2, 0.1, nullptr, nullptr,
+            a.grad_features.ref, a.grad_tap_features.ref, nullptr, nullptr, nullptr, nullptr, false,
+            w, n);
       },
       "kplanes_tilted_with_taps_backward(): expected pts");
   expect_prefix([&] { fieldfuse::kplanes_num_features(planes, 0, 2); },
