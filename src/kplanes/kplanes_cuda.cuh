@@ -20,10 +20,24 @@ using cuda::compute_t;
 constexpr int kThreads = 128;
 /// Channels a thread handles per step: one 16-byte load of float32 channels-last corners.
 constexpr int kLanes = 4;
-/// Blocks per SM the hot kernels are compiled for. Capping registers for 3 or 4 resident blocks
-/// (H200, tomography config) made fwd+bwd 18% slower (spills, or more L2 contention), so the
-/// compiler's choice stands.
-constexpr int kMinBlocks = 1;
+// Note [kplanes occupancy]
+// Blocks of kThreads per SM the hot kernels are compiled for (__launch_bounds__), for a 32-bit
+// compute type. Left to itself the compiler gave the float32 forward 158 registers (3 blocks) and
+// the scatter backward 195 (2 blocks, 12 % occupancy): too few warps to hide the corner loads' L2
+// latency. On an H100 at the tomography step (2026-11-24): forward 0.371 ms unbounded, 0.364 at
+// 2 or 3 blocks, 0.300 at 4 (128 registers, 8 bytes spilled), 0.506 at 6; backward 0.721
+// unbounded or at 2, 0.616 at 3 (168 registers, 20 bytes spilled), 1.005 at 4. float64 keeps the
+// compiler's choice (its corners take twice the registers). An earlier cap, measured on an H200
+// before the backward's zero-upstream skip, made fwd+bwd 18 % slower: re-measure when the kernels
+// change.
+template <class T>
+constexpr int forward_min_blocks() {
+  return sizeof(T) == 4 ? 4 : 1;
+}
+template <class T>
+constexpr int backward_min_blocks() {
+  return sizeof(T) == 4 ? 3 : 1;
+}
 /// Levels whose descriptors fit in one launch's parameters; more levels run in groups.
 constexpr int kMaxLevelsPerLaunch = 16;
 /// Sub-buffers of the workspace start on this boundary (CUB and vector accesses need 16).

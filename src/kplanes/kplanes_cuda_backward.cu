@@ -55,7 +55,7 @@ template <class S>
 using accumulator_t = compute_t<S>;
 
 template <Variant V, class S, class G, PlaneGradient kPlanes>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+__global__ void __launch_bounds__(kThreads, backward_min_blocks<compute_t<S>>())
     backward_kernel(Geometry geo, const __grid_constant__ LevelTable table,
                     MatrixView grad_features, MatrixView grad_tap_features,
                     compute_t<S>* __restrict__ point_partials,

@@ -31,7 +31,7 @@ __device__ FF_FORCE_INLINE void write_zero_features(const LevelTable& table, O* 
 }
 
 template <Variant V, class S, class O>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+__global__ void __launch_bounds__(kThreads, forward_min_blocks<compute_t<S>>())
     forward_kernel(Geometry geo, const __grid_constant__ LevelTable table, O* __restrict__ features,
                    O* __restrict__ tap_features, int64_t num_slots, int64_t num_features,
                    int lanes_log2) {
