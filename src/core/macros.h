@@ -11,3 +11,13 @@
 #define FF_HOST_DEVICE
 #define FF_FORCE_INLINE inline __attribute__((always_inline))
 #endif
+
+// FF_DEVICE_UNROLL(n) unrolls the next loop n times in device code (so the loads of n iterations
+// are in flight together on a GPU that does not reorder them); host compilers, which do their own
+// unrolling, see nothing.
+#if defined(__CUDA_ARCH__)
+#define FF_DEVICE_UNROLL(n) _Pragma(FF_STRINGIFY(unroll n))
+#else
+#define FF_DEVICE_UNROLL(n)
+#endif
+#define FF_STRINGIFY(x) #x

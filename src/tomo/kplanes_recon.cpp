@@ -434,6 +434,7 @@ KPlanesReconstruction::KPlanesReconstruction(const TensorRef& stack, const doubl
   s.grad_points = make(3 * R * S, e);
   s.grad_origins = make(3 * R, e);
   s.grad_directions = make(3 * R, e);
+  s.pose_terms = make(glue::kPoseTerms * R, e);
   s.scalars.zero(stream);
   {
     // Padded rays: ray r's samples are rows [r·S, (r+1)·S) of the flattened per-sample tensors.
@@ -541,13 +542,15 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
   glue::for_each(device, n + Tt, 64, poses, stream);
 
   // Rays and their samples.
+  glue::PixelDraw<T> draw;
+  draw.projections = n;
+  draw.height = height;
+  draw.width = width;
+  draw.seed = options.seed;
+  draw.step = step;
+  draw.shifts = shift_p.value.as<T>();
   glue::RayStage<T> ray;
-  ray.projections = n;
-  ray.height = height;
-  ray.width = width;
-  ray.seed = options.seed;
-  ray.step = step;
-  ray.shifts = shift_p.value.as<T>();
+  ray.draw = draw;
   ray.pose = pose.as<T>();
   ray.stack = stack.as<T>();
   ray.origins = origins.as<T>();
@@ -622,6 +625,7 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
   term.targets = targets.as<T>();
   term.rho = rho.as<T>();
   term.valid = valid.as<bool>();
+  term.sum_density = options.sparsity > 0;
   term.terms = terms.as<T>();
   glue::for_each(device, R + N, S, term, stream);
   glue::LossWeights weights_info;
@@ -690,24 +694,24 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
     ray_box_samples_padded_backward(o_ref, d_ref, ds, tensor(grad_points, {R, S, 3}),
                                     tensor(grad_delta_ts, {R, S}), tensor(grad_origins, {R, 3}),
                                     tensor(grad_directions, {R, 3}), stream);
+    glue::RayPoseTermStage<T> ray_terms;
+    ray_terms.draw = draw;
+    ray_terms.pose = pose.as<T>();
+    ray_terms.pose_dz1 = pose_dz1.as<T>();
+    ray_terms.pose_dz3 = pose_dz3.as<T>();
+    ray_terms.grad_origins = grad_origins.as<T>();
+    ray_terms.grad_directions = grad_directions.as<T>();
+    ray_terms.terms = pose_terms.as<T>();
+    glue::for_each(device, R, 64, ray_terms, stream);
     glue::PoseBackwardStage<T> pose_back;
     pose_back.projections = n;
     pose_back.rays = R;
-    pose_back.height = height;
-    pose_back.width = width;
     pose_back.reference = reference;
-    pose_back.seed = options.seed;
-    pose_back.step = step;
-    pose_back.shifts = shift_p.value.as<T>();
-    pose_back.pose = pose.as<T>();
-    pose_back.pose_dz1 = pose_dz1.as<T>();
-    pose_back.pose_dz3 = pose_dz3.as<T>();
-    pose_back.grad_origins = grad_origins.as<T>();
-    pose_back.grad_directions = grad_directions.as<T>();
+    pose_back.terms = pose_terms.as<T>();
     pose_back.grad_z1 = z1_p.grad.as<T>();
     pose_back.grad_z3 = z3_p.grad.as<T>();
     pose_back.grad_shifts = shift_p.grad.as<T>();
-    glue::for_each(device, n, 32 * (R / n + 1), pose_back, stream);
+    glue::for_each(device, n, 4 * (R / n + 1), pose_back, stream);
   }
   if (update) enqueue_adam();
 }

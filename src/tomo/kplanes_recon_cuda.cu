@@ -135,6 +135,7 @@ void CudaGraph::launch(Stream stream) {
   template void cuda_for_each(int64_t, const SeedStage<T>&, Stream);                           \
   template void cuda_for_each(int64_t, const ResidualSeedStage<T>&, Stream);                   \
   template void cuda_for_each(int64_t, const RotationBackwardStage<T>&, Stream);               \
+  template void cuda_for_each(int64_t, const RayPoseTermStage<T>&, Stream);                    \
   template void cuda_for_each(int64_t, const PoseBackwardStage<T>&, Stream);                   \
   template void cuda_for_each(int64_t, const VoxelStage<T>&, Stream);                          \
   template void cuda_for_each(int64_t, const ExportDensityStage<T, float>&, Stream);           \

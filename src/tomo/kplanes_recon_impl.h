@@ -52,7 +52,7 @@ struct KPlanesReconstruction::Impl {
   detail::tomo::Buffer feature_rows, raw, rho, pred, terms, plane_tv, plane_tv_weights, scalars,
       loss_value;
   detail::tomo::Buffer grad_pred, grad_values, grad_delta_ts, grad_raw, grad_features, grad_points,
-      grad_origins, grad_directions;
+      grad_origins, grad_directions, pose_terms;
   detail::tomo::Buffer kplanes_forward_ws, kplanes_backward_ws, mlp_forward_ws, mlp_backward_ws,
       plane_tv_ws, adam_ws;
   std::size_t kplanes_forward_bytes = 0, kplanes_backward_bytes = 0, mlp_forward_bytes = 0,
