@@ -121,6 +121,8 @@ struct Args {
   // Double backward only: tangents t_k (layout of acts), curvature s_k (layout of d1s, float32;
   // d1s then holds p_k and, from the first reverse sweep on, σ′(p_k)), δ_k (16-bit).
   int tans = 0, curvs = 0, deltas = 0;
+  /// The register forward's widest padded width MW (Note [mlp register forward]), or 0.
+  int register_width = 0;
 };
 
 /// dst [out_pad, in_pad] (16-bit) = the float32 weight [out, in] read through its strides, zero

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "core/cuda_launch.cuh"
+#include "mlp/mlp_cuda_register_forward.cuh"
 #include "mlp/mlp_cuda_tile.cuh"
 #include "mlp/mlp_cuda_warp_fused.cuh"
 #include "mlp/mlp_cuda_warp_fused_double.cuh"
@@ -44,6 +46,43 @@ inline Args args_for(const Plan& plan, const MatrixView& x, const MatrixView* gr
     a.go_sc = grad_out->stride_col;
   }
   return a;
+}
+
+/// Allows `kernel` `smem` bytes of dynamic shared memory on the current device and returns how
+/// many of its blocks of `threads` fit on an SM (0: none). `what` names the kernel in errors.
+template <class Kernel>
+int blocks_per_sm(const Problem& p, Kernel kernel, int threads, std::size_t smem,
+                  const char* what) {
+  const auto check = [&](cudaError_t status, const char* call) {
+    if (status != cudaSuccess)
+      cuda::check(status, p.op, (std::string(call) + "(" + what + ")").c_str());
+  };
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem)),
+        "cudaFuncSetAttribute");
+  int per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return per_sm;
+}
+
+/// The register forward's plan (Note [mlp register forward]): the weights resident in shared
+/// memory, blocks of kRegisterWarps warps, a warp tile of 16·M rows.
+template <class S, int MW>
+void register_forward_plan(const Problem& p, std::size_t weight_bytes, int sms, Plan& plan) {
+  Args& a = plan.args;
+  a.register_width = MW;
+  a.resident = 1;
+  a.warps = kRegisterWarps;
+  a.tiles = (p.batch + 16 * register_row_tiles<MW>() - 1) / (16 * register_row_tiles<MW>());
+  plan.smem = std::max<std::size_t>(weight_bytes, 16);
+  cuda::DeviceGuard guard(p.device.index, p.op);
+  const int per_sm = blocks_per_sm(p, register_forward_kernel<S, MW>, 32 * a.warps, plan.smem,
+                                   "register forward kernel");
+  if (per_sm < 1) return;
+  plan.grid = static_cast<int>(
+      std::min<int64_t>((a.tiles + a.warps - 1) / a.warps, static_cast<int64_t>(sms) * per_sm));
+  plan.ok = true;
 }
 
 inline bool sigma_prime_is_01(Activation kind) {
@@ -132,6 +171,20 @@ Plan make_plan(const Problem& p, Pass pass) {
   const std::size_t warp_bytes = off;
   const std::size_t weight_bytes = align128(sm_elems * sizeof(S));
   const std::size_t dw_bytes = align128(dw_len * sizeof(float));
+  plan.partials_offset = (static_cast<std::size_t>(elems) * sizeof(S) + 255) / 256 * 256;
+  plan.total = std::max<std::size_t>(plan.partials_offset, 1);
+  if constexpr (!std::is_same_v<S, float>) {
+    // The 16-bit forward keeps its activations in registers where the widths allow.
+    if (pass == Pass::Forward && maxw <= kRegisterMaxWidth &&
+        weight_bytes <= static_cast<std::size_t>(optin)) {
+      if (maxw <= 64) {
+        register_forward_plan<S, 64>(p, weight_bytes, sms, plan);
+      } else {
+        register_forward_plan<S, kRegisterMaxWidth>(p, weight_bytes, sms, plan);
+      }
+      if (plan.ok) return plan;
+    }
+  }
   // Preference: more warps per block (more rows per dW product and per weight stage), then
   // resident weights, then a shared-memory dW accumulator.
   bool found = false;
@@ -163,13 +216,7 @@ Plan make_plan(const Problem& p, Pass pass) {
   const auto kernel =
       twice ? double_backward_kernel<S> : (backward ? backward_kernel<S> : forward_kernel<S>);
   cuda::DeviceGuard guard(device, p.op);
-  cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(plan.smem)),
-              p.op, "cudaFuncSetAttribute(fused mlp kernel)");
-  int per_sm = 0;
-  cuda::check(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * a.warps, plan.smem), p.op,
-      "cudaOccupancyMaxActiveBlocksPerMultiprocessor(fused mlp kernel)");
+  const int per_sm = blocks_per_sm(p, kernel, 32 * a.warps, plan.smem, "fused mlp kernel");
   if (per_sm < 1) return plan;
   plan.grid = static_cast<int>(std::min<int64_t>(a.tiles, static_cast<int64_t>(sms) * per_sm));
   const int64_t copies = twice ? 2 : 1;  // W, and V in the double backward
@@ -216,6 +263,13 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
     } else if (backward) {
       backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
       cuda::check_launch(p.op, "fused backward_kernel", stream);
+    } else if (a.register_width != 0) {
+      if constexpr (!std::is_same_v<S, float>) {
+        const auto kernel = a.register_width == 64 ? register_forward_kernel<S, 64>
+                                                   : register_forward_kernel<S, kRegisterMaxWidth>;
+        kernel<<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+        cuda::check_launch(p.op, "register_forward_kernel", stream);
+      }
     } else {
       forward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
       cuda::check_launch(p.op, "fused forward_kernel", stream);

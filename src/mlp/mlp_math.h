@@ -159,10 +159,15 @@ struct Exp {
   }
 };
 
-/// Calls `run(policy)` with the policy of `kind` in compute type T (host-side dispatch, once per
-/// layer or launch).
+/// Calls `run(policy)` with the policy of `kind` in compute type T: on the host once per layer or
+/// launch, in a kernel once per layer (the register forward), never once per element.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable  // host callers pass host lambdas, device callers device ones
+#endif
 template <class T, class Run>
-decltype(auto) visit_activation(Activation kind, const ActivationParams& params, const Run& run) {
+FF_HOST_DEVICE FF_FORCE_INLINE decltype(auto) visit_activation(Activation kind,
+                                                               const ActivationParams& params,
+                                                               const Run& run) {
   switch (kind) {
     case Activation::ReLU:
       return run(ReLU<T>{});
