@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A quick probe of the 16-bit MLP forward (issue 13) without bench_mlp.py's long Eikonal rows.
+
+fieldfuse.mlp 32 → W×4 → 16 ReLU at B = 2^18 against nn.Sequential under torch.autocast, both in
+this process: CUDA events, median of 100 calls after 10 warm-up calls, inputs rotated over four
+tensors; "graph" is a CUDA graph of 20 calls replayed, per call. Then the float16 forward +
+backward at W = 64 (autograd). CUDA only; prints one line per case.
+
+    python3 bench/mlp_forward_probe.py
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+import fieldfuse
+
+BATCH = 1 << 18
+WIDTHS = (64, 16, 32, 128, 256)
+ROTATION = 4
+
+
+def median_ms(fn, reps: int = 100) -> float:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def graphed_ms(fn, calls: int = 20) -> float:
+    """Per-call time of `calls` calls captured in one CUDA graph (after warm-up on a side stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return median_ms(graph.replay, 30) / calls
+
+
+def network(width: int, device: torch.device):
+    sizes = [32] + [width] * 4 + [16]
+    layers = [torch.nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])]
+    weights = [layer.weight.detach().to(device) for layer in layers]
+    biases = [layer.bias.detach().to(device) for layer in layers]
+    modules = []
+    for layer in layers:
+        modules += [layer.to(device), torch.nn.ReLU()]
+    return weights, biases, torch.nn.Sequential(*modules[:-1])
+
+
+def inference(width: int, compute: torch.dtype, device: torch.device) -> str:
+    weights, biases, sequential = network(width, device)
+    xs = [torch.randn(BATCH, 32, device=device) for _ in range(ROTATION)]
+    exact = sequential.double()(xs[0].double()).float()
+    sequential.float()
+    turn = [0]
+
+    def next_x() -> torch.Tensor:
+        turn[0] = (turn[0] + 1) % ROTATION
+        return xs[turn[0]]
+
+    def ours():
+        return fieldfuse.mlp(next_x(), weights, biases, activation="relu", compute_dtype=compute)
+
+    def eager():
+        with torch.autocast("cuda", dtype=compute):
+            return sequential(next_x())
+
+    y = fieldfuse.mlp(xs[0], weights, biases, activation="relu", compute_dtype=compute)
+    error = ((y - exact).norm() / exact.norm()).item()
+    with torch.no_grad():
+        ours_ms, eager_ms = median_ms(ours), median_ms(eager)
+    graph_ms = graphed_ms(
+        lambda: fieldfuse.mlp(xs[0], weights, biases, activation="relu", compute_dtype=compute))
+    return (f"width {width} {compute}: ours {ours_ms:.4f} ms (graph {graph_ms:.4f}), "
+            f"eager {eager_ms:.4f}, rel err {error:.2e}")
+
+
+def forward_backward(device: torch.device) -> str:
+    weights, biases, _ = network(64, device)
+    params = [p.requires_grad_() for p in weights + biases]
+    x = torch.randn(BATCH, 32, device=device, requires_grad=True)
+    upstream = torch.randn(BATCH, 16, device=device)
+
+    def step():
+        y = fieldfuse.mlp(x, weights, biases, activation="relu", compute_dtype=torch.float16)
+        torch.autograd.grad(y, [x] + params, upstream)
+
+    return f"fwd+bwd width 64 fp16: {median_ms(step, 50):.4f} ms"
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    for width in WIDTHS:
+        for compute in (torch.float16, torch.bfloat16):
+            if width == 64 or compute == torch.float16:
+                print(inference(width, compute, device), flush=True)
+    print(forward_backward(device), flush=True)
+
+
+if __name__ == "__main__":
+    main()
