@@ -43,6 +43,10 @@ namespace fieldfuse::detail::mlp::fused {
 // change the time (0.133 ms), so they are not in; a deeper pipeline (the next tile's x in flight,
 // two tiles interleaved) is the next thing to try.
 
+/// Warps per block: about 160 registers a lane allow 12 warps per SM, and one block of 12 shares
+/// one staged copy of the weights (119 KB at width 128, which fits only once per SM). On an H100
+/// at B = 2^18, 32 → W×4 → 16 float16: W = 64 took 0.126 ms with 4 or 12 warps a block, W = 128
+/// 0.955 ms with 4, 0.533 with 8 and 0.397 with 12.
 constexpr int kRegisterWarps = 12;
 constexpr int kRegisterMaxWidth = 128;
 
