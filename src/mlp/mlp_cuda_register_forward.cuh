@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "mlp/mlp_cuda_warp_fused.cuh"
+#include "mlp/mlp_cuda_fragments.cuh"
 #include "mlp/mlp_math.h"
 
 namespace fieldfuse::detail::mlp::fused {
@@ -58,40 +58,6 @@ FF_HOST_DEVICE constexpr int register_row_tiles() {
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
-/// The 32-bit pair (lo, hi) of 16-bit operands, lo in the low half (the lower column).
-template <class S>
-__device__ FF_FORCE_INLINE uint32_t pack_pair(float lo, float hi) {
-  if constexpr (std::is_same_v<S, __half>) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-/// c += a·b on one 16×8×16 tile, float32 accumulation.
-template <class S>
-__device__ FF_FORCE_INLINE void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  if constexpr (std::is_same_v<S, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/// x[row, col] as float32, 0 past the batch or the input width.
-__device__ FF_FORCE_INLINE float input_at(const Args& a, int64_t row, int col) {
-  return row < a.batch && col < a.layers[0].in ? a.x[row * a.x_sr + col * a.x_sc] : 0.0f;
-}
-
 template <class S, int MW>
 __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
     register_forward_kernel(const __grid_constant__ Args a) {
@@ -107,47 +73,21 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
        tile += warps) {
     const int64_t row0 = tile * 16 * M;
     uint32_t A[M][KT][4];
-    const int kt0 = a.layers[0].in_pad / 16;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const int64_t r = row0 + 16 * m + g;
-#pragma unroll
-      for (int kk = 0; kk < KT; ++kk) {
-        if (kk >= kt0) continue;
-        const int c = 16 * kk + 2 * t;
-        A[m][kk][0] = pack_pair<S>(input_at(a, r, c), input_at(a, r, c + 1));
-        A[m][kk][1] = pack_pair<S>(input_at(a, r + 8, c), input_at(a, r + 8, c + 1));
-        A[m][kk][2] = pack_pair<S>(input_at(a, r, c + 8), input_at(a, r, c + 9));
-        A[m][kk][3] = pack_pair<S>(input_at(a, r + 8, c + 8), input_at(a, r + 8, c + 9));
-      }
-    }
+    load_input_fragments<S, M, KT>(a, row0, A);
     for (int k = 0; k < a.num_layers; ++k) {
       const Layer& l = a.layers[k];
-      const int kt = l.in_pad / 16, nt = l.out_pad / 8, ldw = l.in_pad + kSkew;
-      const S* w = wsm + l.w_sm + g * ldw + 2 * t;
       float C[M][NT][4];
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-#pragma unroll
-        for (int m = 0; m < M; ++m) C[m][j][0] = C[m][j][1] = C[m][j][2] = C[m][j][3] = 0.0f;
+      forward_product<S, M, KT, NT>(l, wsm, A, C);
+      const int nt = l.out_pad / 8;
+      if (k + 1 < a.num_layers) {
+        // Padding columns stay 0 for the next product (σ(0) need not be 0).
+        visit_activation<float>(a.hidden, a.params, [&](auto act) {
+          to_fragments<S>(
+              C, nt, l.out, &l, [&](float p) { return act.value(p); }, A);
+        });
+        continue;
       }
-      // k outermost: consecutive products go to different accumulators, so none waits on the
-      // one before it.
-#pragma unroll
-      for (int kk = 0; kk < KT; ++kk) {
-        if (kk >= kt) continue;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          if (j >= nt) continue;
-          const S* b = w + 8 * j * ldw + 16 * kk;
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(b);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(b + 8);
-#pragma unroll
-          for (int m = 0; m < M; ++m) mma_16816<S>(C[m][j], A[m][kk], b0, b1);
-        }
-      }
-      const bool last = k + 1 == a.num_layers;
-      visit_activation<float>(last ? a.output : a.hidden, a.params, [&](auto act) {
+      visit_activation<float>(a.output, a.params, [&](auto act) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           if (j >= nt) continue;
@@ -155,22 +95,12 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
           const float b0 = bias_of(l, c), b1 = bias_of(l, c + 1);
 #pragma unroll
           for (int m = 0; m < M; ++m) {
-            float y[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
+              const int64_t row = row0 + 16 * m + g + 8 * (e >> 1);
               const int col = c + (e & 1);
-              // Padding columns stay 0 for the next product (σ(0) need not be 0).
-              y[e] = col < l.out ? act.value(C[m][j][e] + ((e & 1) ? b1 : b0)) : 0.0f;
-            }
-            if (!last) {
-              A[m][j / 2][2 * (j % 2)] = pack_pair<S>(y[0], y[1]);
-              A[m][j / 2][2 * (j % 2) + 1] = pack_pair<S>(y[2], y[3]);
-            } else {
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int64_t row = row0 + 16 * m + g + 8 * (e >> 1);
-                const int col = c + (e & 1);
-                if (row < a.batch && col < l.out) a.out[row * l.out + col] = y[e];
+              if (row < a.batch && col < l.out) {
+                a.out[row * l.out + col] = act.value(C[m][j][e] + ((e & 1) ? b1 : b0));
               }
             }
           }

@@ -138,17 +138,34 @@ __global__ void convert_weights_kernel(const float* w, int64_t so, int64_t si, i
   }
 }
 
-/// out[e] = Σ_b partials[b·slot_len + offset + (e / cols)·ld + e % cols], blocks in order.
-static __global__ void reduce_padded_kernel(const float* partials, int64_t slot_len, int blocks,
-                                            int64_t offset, int64_t cols, int64_t ld, int64_t count,
-                                            float* out) {
+/// One parameter gradient the per-block partials are summed into: out[e] = Σ_b partials[b·slot_len
+/// + offset + (e / cols)·ld + e % cols] for e < count, blocks in order.
+struct ReducePart {
+  float* out = nullptr;
+  int64_t offset = 0, cols = 1, ld = 1, count = 0;
+};
+
+/// Every wanted dW and db of a call: one launch instead of one per gradient (at 5 layers, ten
+/// launches of a few microseconds each were a quarter of the 16-bit backward's budget).
+struct ReduceParts {
+  ReducePart parts[2 * kMaxLayers];
+  int num_parts = 0;
+  int64_t total = 0;  ///< Σ count
+};
+
+static __global__ void reduce_parts_kernel(const __grid_constant__ ReduceParts r,
+                                           const float* partials, int64_t slot_len, int blocks) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
-       e += stride) {
-    const int64_t at = offset + (e / cols) * ld + e % cols;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < r.total;
+       i += stride) {
+    int q = 0;
+    int64_t e = i;
+    while (e >= r.parts[q].count) e -= r.parts[q++].count;
+    const ReducePart& part = r.parts[q];
+    const int64_t at = part.offset + (e / part.cols) * part.ld + e % part.cols;
     float sum = 0.0f;
     for (int b = 0; b < blocks; ++b) sum += partials[b * slot_len + at];
-    out[e] = sum;
+    part.out[e] = sum;
   }
 }
 

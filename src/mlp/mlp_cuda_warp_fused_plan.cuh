@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/cuda_launch.cuh"
+#include "mlp/mlp_cuda_register_backward.cuh"
 #include "mlp/mlp_cuda_register_forward.cuh"
 #include "mlp/mlp_cuda_tile.cuh"
 #include "mlp/mlp_cuda_warp_fused.cuh"
@@ -69,7 +70,8 @@ int blocks_per_sm(const Problem& p, Kernel kernel, int threads, std::size_t smem
 /// The register forward's plan (Note [mlp register forward]): the weights resident in shared
 /// memory, blocks of kRegisterWarps warps, a warp tile of 16·M rows.
 template <class S, int MW>
-void register_forward_plan(const Problem& p, std::size_t weight_bytes, int sms, Plan& plan) {
+void register_forward_plan(const Problem& p, std::size_t weight_bytes, int sms, Plan& result) {
+  Plan plan = result;  // committed only when it works out
   Args& a = plan.args;
   a.register_width = MW;
   a.resident = 1;
@@ -83,6 +85,57 @@ void register_forward_plan(const Problem& p, std::size_t weight_bytes, int sms, 
   plan.grid = static_cast<int>(
       std::min<int64_t>((a.tiles + a.warps - 1) / a.warps, static_cast<int64_t>(sms) * per_sm));
   plan.ok = true;
+  result = plan;
+}
+
+/// The register backward's plan (Note [mlp register backward]): the most warps (rows per block)
+/// whose weights, activations, δ buffers and db partials fit in shared memory; the dW accumulator
+/// in the block's slot of the workspace. `act_row_elems` is Σ_k (in_pad_k + kSkew).
+template <class S, int MW>
+void register_backward_plan(const Problem& p, std::size_t weight_bytes, int64_t act_row_elems,
+                            int64_t dw_len, int64_t db_len, int optin, int sms, Plan& result) {
+  Plan plan = result;  // committed only when it works out
+  Args& a = plan.args;
+  const std::size_t db_bytes = align128(db_len * sizeof(float));
+  for (int warps = kRegisterWarps; warps >= 4; warps -= 4) {
+    const int rows = 16 * warps;
+    const std::size_t acts = align128(rows * act_row_elems * sizeof(S));
+    const std::size_t delta = align128(static_cast<std::size_t>(rows) * (MW + kSkew) * sizeof(S));
+    const std::size_t bytes = weight_bytes + acts + 2 * delta + warps * db_bytes;
+    if (bytes > static_cast<std::size_t>(optin)) continue;
+    a.register_width = MW;
+    a.resident = 1;
+    a.dw_in_smem = 0;
+    a.warps = warps;
+    a.ld_g = MW + kSkew;
+    a.acts = static_cast<int>(weight_bytes);
+    a.g0 = static_cast<int>(weight_bytes + acts);
+    a.g1 = static_cast<int>(weight_bytes + acts + delta);
+    a.warp_base = static_cast<int>(weight_bytes + acts + 2 * delta);
+    a.warp_bytes = static_cast<int>(db_bytes);
+    a.dbs = 0;
+    int64_t at = 0;
+    for (int k = 0; k < a.num_layers; ++k) {
+      a.layers[k].a_sm = static_cast<int>(at);
+      at += rows * (a.layers[k].in_pad + kSkew);
+    }
+    a.tiles = (p.batch + rows - 1) / rows;
+    a.dw_len = dw_len;
+    a.db_len = db_len;
+    a.slot_len = (dw_len + db_len + 63) / 64 * 64;
+    for (int k = 0; k < a.num_layers; ++k) a.layers[k].db_slot = dw_len + a.layers[k].db_sm;
+    plan.smem = bytes;
+    cuda::DeviceGuard guard(p.device.index, p.op);
+    const int per_sm = blocks_per_sm(p, register_backward_kernel<S, MW>, 32 * warps, bytes,
+                                     "register backward kernel");
+    if (per_sm < 1) return;
+    plan.grid = static_cast<int>(std::min<int64_t>(a.tiles, static_cast<int64_t>(sms) * per_sm));
+    plan.total =
+        plan.partials_offset + static_cast<std::size_t>(plan.grid) * a.slot_len * sizeof(float);
+    plan.ok = true;
+    result = plan;
+    return;
+  }
 }
 
 inline bool sigma_prime_is_01(Activation kind) {
@@ -184,6 +237,12 @@ Plan make_plan(const Problem& p, Pass pass) {
       }
       if (plan.ok) return plan;
     }
+    // So does the first-order backward's reverse sweep, up to width 64.
+    if (pass == Pass::Backward && maxw <= 64) {
+      register_backward_plan<S, 64>(p, weight_bytes, act_elems / 16, dw_len, db_len, optin, sms,
+                                    plan);
+      if (plan.ok) return plan;
+    }
   }
   // Preference: more warps per block (more rows per dW product and per weight stage), then
   // resident weights, then a shared-memory dW accumulator.
@@ -260,6 +319,11 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
     if (pass == Pass::DoubleBackward) {
       double_backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
       cuda::check_launch(p.op, "fused double_backward_kernel", stream);
+    } else if (backward && a.register_width != 0) {
+      if constexpr (!std::is_same_v<S, float>) {
+        register_backward_kernel<S, 64><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+        cuda::check_launch(p.op, "register_backward_kernel", stream);
+      }
     } else if (backward) {
       backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
       cuda::check_launch(p.op, "fused backward_kernel", stream);
@@ -276,26 +340,25 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
     }
   }
   if (!backward) return;
-  const int blocks = a.tiles > 0 ? plan.grid : 0;
+  ReduceParts r;
   for (int k = 0; k < p.num_layers; ++k) {
     const LayerView& v = p.layers[k];
     const Layer& l = a.layers[k];
-    struct Part {
-      void* out;
-      int64_t offset, cols, ld, count;
-    };
-    const Part parts[2] = {
-        {v.grad_weight, l.dw_acc, l.in, l.in_pad + kDwSkew, static_cast<int64_t>(l.out) * l.in},
-        {v.grad_bias, l.db_slot, l.out, l.out, l.out}};
-    for (const Part& part : parts) {
-      if (part.out == nullptr) continue;
-      const int rb = static_cast<int>(std::min<int64_t>(cuda::ceil_div(part.count, 256), 1024));
-      reduce_padded_kernel<<<rb, 256, 0, stream>>>(a.partials, a.slot_len, blocks, part.offset,
-                                                   part.cols, part.ld, part.count,
-                                                   static_cast<float*>(part.out));
-      cuda::check_launch(p.op, "reduce_padded_kernel", stream);
+    const ReducePart parts[2] = {
+        {static_cast<float*>(v.grad_weight), l.dw_acc, l.in, l.in_pad + kDwSkew,
+         static_cast<int64_t>(l.out) * l.in},
+        {static_cast<float*>(v.grad_bias), l.db_slot, l.out, l.out, l.out}};
+    for (const ReducePart& part : parts) {
+      if (part.out == nullptr || part.count == 0) continue;
+      r.parts[r.num_parts++] = part;
+      r.total += part.count;
     }
   }
+  if (r.total == 0) return;
+  const int blocks = a.tiles > 0 ? plan.grid : 0;
+  const int rb = static_cast<int>(std::min<int64_t>(cuda::ceil_div(r.total, 256), 1024));
+  reduce_parts_kernel<<<rb, 256, 0, stream>>>(r, a.partials, a.slot_len, blocks);
+  cuda::check_launch(p.op, "reduce_parts_kernel", stream);
 }
 
 /// Runs the forward, backward or double backward entry on the fused plan `plan` (which must be

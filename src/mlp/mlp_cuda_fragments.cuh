@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+// mma.sync m16n8k16 fragments for the register MLP kernels: the tensor-core product, the
+// ldmatrix loads of its operands from shared memory, and the layer products of the forward
+// (a · Wᵀ) and of the reverse sweep (δ · W) with the weights resident in shared memory.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "mlp/mlp_cuda_warp_fused.cuh"
+
+namespace fieldfuse::detail::mlp::fused {
+
+// The fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"), lane = 4g + t:
+// - a 16×8 float32 accumulator tile holds rows g and g + 8, columns 2t and 2t + 1 (c[0..1] row g,
+//   c[2..3] row g + 8);
+// - a 16×16 A fragment (16-bit, row-major) holds four 32-bit pairs: rows g / g + 8 (a[0] / a[1])
+//   at columns 2t, 2t + 1, and the same rows at columns 2t + 8, 2t + 9 (a[2] / a[3]);
+// - a 16×8 B fragment ("col") holds rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of column g.
+// ldmatrix.x4 loads four 8×8 16-bit matrices, lanes 8q .. 8q + 7 giving the row addresses of
+// matrix q; lane (g, t) receives row g, columns 2t and 2t + 1 of each, or with .trans row 2t and
+// 2t + 1 of column g. Every operand in shared memory is row-major with a row pitch of 16 bytes
+// mod 128 (a multiple of 16 elements plus kSkew), so the 8 rows a matrix reads hit 8 distinct
+// 16-byte bank groups.
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+
+/// The 32-bit pair (lo, hi) of 16-bit operands, lo in the low half (the lower column).
+template <class S>
+__device__ FF_FORCE_INLINE uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<S, __half>) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+/// The two 16-bit operands of a 32-bit pair as float32 (low half first).
+template <class S>
+__device__ FF_FORCE_INLINE float2 unpack_pair(uint32_t v) {
+  if constexpr (std::is_same_v<S, __half>) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  } else {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  }
+}
+
+/// c += a·b on one 16×8×16 tile, float32 accumulation.
+template <class S>
+__device__ FF_FORCE_INLINE void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (std::is_same_v<S, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+/// Four 8×8 16-bit matrices from shared memory; `row` is this lane's row address (see above).
+/// volatile: the loads must stay after the barriers that publish what they read.
+__device__ FF_FORCE_INLINE void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
+/// The same, each matrix transposed.
+__device__ FF_FORCE_INLINE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
+/// This lane's row address in a 16×16 block at `base` (row pitch ld) when the four matrices are
+/// ordered (rows 0–7, cols 0–7), (rows 8–15, cols 0–7), (rows 0–7, cols 8–15), (rows 8–15,
+/// cols 8–15): an A fragment without .trans, two B fragments (columns 0–7, 8–15) with .trans.
+template <class S>
+__device__ FF_FORCE_INLINE const S* rows_then_cols(const S* base, int ld) {
+  const int lane = lane_id();
+  return base + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+}
+
+/// The other order, (rows 0–7, cols 0–7), (rows 0–7, cols 8–15), (rows 8–15, cols 0–7), (rows
+/// 8–15, cols 8–15): two B fragments (rows 0–7, 8–15 of W) without .trans, an A fragment of the
+/// transposed block with .trans.
+template <class S>
+__device__ FF_FORCE_INLINE const S* cols_then_rows(const S* base, int ld) {
+  const int lane = lane_id();
+  return base + ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
+}
+
+/// x[row, col] as float32, 0 past the batch or the input width.
+__device__ FF_FORCE_INLINE float input_at(const Args& a, int64_t row, int col) {
+  return row < a.batch && col < a.layers[0].in ? a.x[row * a.x_sr + col * a.x_sc] : 0.0f;
+}
+
+/// The A fragments of rows row0 .. row0 + 16M of x (16-bit, zeros past the batch and past `in`).
+template <class S, int M, int KT>
+__device__ FF_FORCE_INLINE void load_input_fragments(const Args& a, int64_t row0,
+                                                     uint32_t (&A)[M][KT][4]) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+  const int kt = a.layers[0].in_pad / 16;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int64_t r = row0 + 16 * m + g;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      if (kk >= kt) continue;
+      const int c = 16 * kk + 2 * t;
+      A[m][kk][0] = pack_pair<S>(input_at(a, r, c), input_at(a, r, c + 1));
+      A[m][kk][1] = pack_pair<S>(input_at(a, r + 8, c), input_at(a, r + 8, c + 1));
+      A[m][kk][2] = pack_pair<S>(input_at(a, r, c + 8), input_at(a, r, c + 9));
+      A[m][kk][3] = pack_pair<S>(input_at(a, r + 8, c + 8), input_at(a, r + 8, c + 9));
+    }
+  }
+}
+
+/// C[m] = A[m] · W_lᵀ over the layer's padded widths (the forward product) with the weight
+/// resident in shared memory ([out_pad, in_pad + kSkew]): its B fragments are two 32-bit loads
+/// each (ldmatrix here made the register forward twice as slow on an H100). k outermost:
+/// consecutive products go to different accumulators, so none waits on the one before it.
+template <class S, int M, int KT, int NT>
+__device__ FF_FORCE_INLINE void forward_product(const Layer& l, const S* wsm,
+                                                const uint32_t (&A)[M][KT][4],
+                                                float (&C)[M][NT][4]) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+  const int kt = l.in_pad / 16, nt = l.out_pad / 8, ldw = l.in_pad + kSkew;
+  const S* w = wsm + l.w_sm + g * ldw + 2 * t;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) C[m][j][0] = C[m][j][1] = C[m][j][2] = C[m][j][3] = 0.0f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    if (kk >= kt) continue;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      if (j >= nt) continue;
+      const S* b = w + 8 * j * ldw + 16 * kk;
+      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(b);
+      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(b + 8);
+#pragma unroll
+      for (int m = 0; m < M; ++m) mma_16816<S>(C[m][j], A[m][kk], b0, b1);
+    }
+  }
+}
+
+/// C = D · W_l over the layer's padded widths (the reverse sweep's product: D [16, out_pad] the
+/// layer's δ as A fragments, C [16, in_pad]), B fragments by ldmatrix.trans from the resident
+/// weight.
+template <class S, int KT, int NT>
+__device__ FF_FORCE_INLINE void reverse_product(const Layer& l, const S* wsm,
+                                                const uint32_t (&D)[KT][4], float (&C)[NT][4]) {
+  const int kt = l.out_pad / 16, nt = l.in_pad / 8, ldw = l.in_pad + kSkew;
+  const S* w = rows_then_cols(wsm + l.w_sm, ldw);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) C[j][0] = C[j][1] = C[j][2] = C[j][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    if (kk >= kt) continue;
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      if (j >= nt) continue;
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, w + 16 * kk * ldw + 8 * j);
+      mma_16816<S>(C[j], D[kk], b[0], b[1]);
+      mma_16816<S>(C[j + 1], D[kk], b[2], b[3]);
+    }
+  }
+}
+
+/// Accumulator tiles j (16×8, over `cols` columns) as the A fragments of the next product, which
+/// they are element for element: tiles 2kk and 2kk + 1 are k-tile kk. Each element becomes
+/// value(c + bias[col]) (bias: the layer's, read once per column, or none); columns from `cols`
+/// on become 0.
+template <class S, int M, int KT, int NT, class Value>
+__device__ FF_FORCE_INLINE void to_fragments(const float (&C)[M][NT][4], int nt, int cols,
+                                             const Layer* bias, const Value& value,
+                                             uint32_t (&A)[M][KT][4]) {
+  const int t = lane_id() & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (j >= nt) continue;
+    const int c = 8 * j + 2 * t;
+    const float b0 = bias != nullptr ? bias_of(*bias, c) : 0.0f;
+    const float b1 = bias != nullptr ? bias_of(*bias, c + 1) : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float y[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        y[e] = c + (e & 1) < cols ? value(C[m][j][e] + ((e & 1) ? b1 : b0)) : 0.0f;
+      }
+      A[m][j / 2][2 * (j % 2)] = pack_pair<S>(y[0], y[1]);
+      A[m][j / 2][2 * (j % 2) + 1] = pack_pair<S>(y[2], y[3]);
+    }
+  }
+}
+
+/// Writes A fragments (k-tiles below kt) as 16 rows of a row-major 16-bit matrix at `dst`.
+template <int KT>
+__device__ FF_FORCE_INLINE void store_fragments(const uint32_t (&A)[KT][4], int kt, void* dst,
+                                                int ld_bytes) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+  unsigned char* row = static_cast<unsigned char*>(dst) + g * ld_bytes + 4 * t;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    if (kk >= kt) continue;
+    unsigned char* at = row + 32 * kk;  // 16 elements of 2 bytes
+    *reinterpret_cast<uint32_t*>(at) = A[kk][0];
+    *reinterpret_cast<uint32_t*>(at + 8 * ld_bytes) = A[kk][1];
+    *reinterpret_cast<uint32_t*>(at + 16) = A[kk][2];
+    *reinterpret_cast<uint32_t*>(at + 8 * ld_bytes + 16) = A[kk][3];
+  }
+}
+
+/// Reads A fragments (k-tiles below kt) from 16 rows of a row-major 16-bit matrix.
+template <class S, int KT>
+__device__ FF_FORCE_INLINE void load_fragments(const S* src, int ld, int kt, uint32_t (&A)[KT][4]) {
+  const S* row = rows_then_cols(src, ld);
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    if (kk < kt) ldmatrix_x4(A[kk], row + 16 * kk);
+  }
+}
+
+#endif
+
+}  // namespace fieldfuse::detail::mlp::fused

@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tensor-core backward with the reverse sweep in registers: δ_k stays in mma.sync fragments
+// from one layer to the next, and the block computes dW_k over all its rows at once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "mlp/mlp_cuda_fragments.cuh"
+#include "mlp/mlp_cuda_register_forward.cuh"
+#include "mlp/mlp_math.h"
+
+namespace fieldfuse::detail::mlp::fused {
+
+// Note [mlp register backward]
+// The warp-fused backward (Note [mlp warp-fused kernel]) keeps every layer's a_k and σ′(p_k) per
+// warp in shared memory and sends each 16×16 product through a scratch tile, which at 64 wide
+// leaves room for 4 warps a block. This kernel does the first-order backward the way the register
+// forward does the forward (Note [mlp register forward]), for 16-bit operands and padded widths
+// up to 64. A block of `warps` warps owns a tile of R = 16·warps rows, 16 per warp:
+// - forward: the register forward on the warp's rows, writing every layer's 16-bit input a_k to
+//   the block's activation buffer ([R, in_pad + kSkew] per layer; the a_L of the output layer is
+//   not needed);
+// - reverse sweep, k = L−1 .. 0: the warp recomputes p_k = a_k W_kᵀ + b_k from its rows of a_k
+//   (one more forward product per layer instead of R·Σ out_k floats of σ′ in shared memory, which
+//   would halve the rows a block holds; a hidden ReLU needs no product, its gate p_k > 0 is
+//   a_{k+1} > 0, which differs only where float16 rounds a p_k below 2^-25 to 0, and there the
+//   forward went on with 0 as well), forms δ_k = g_k ⊙ σ′(p_k) in float32 (g_{L−1} is
+//   grad_out; db_k sums this δ: per warp, rows and then lanes in a fixed order), rounds it into A
+//   fragments, and g_{k−1} = δ_k W_k is the next product, B fragments by ldmatrix.trans from the
+//   same resident weights (grad_x for k = 0);
+// - dW_k += δ_kᵀ a_k over the block's R rows: δ_k goes to one of two 16-bit buffers, one block
+//   barrier, then each warp takes 16×16 tiles of dW_k (round robin) and runs the R/16 products
+//   with both operands by ldmatrix.trans, adding the float32 result to the block's slot in the
+//   workspace (L2-resident, each tile owned by one warp; the slots are summed in block order
+//   afterwards, as for the warp-fused kernels). The two buffers let the next layer's δ be written
+//   while other warps still read this one, so one barrier per layer suffices.
+// The arithmetic is the warp-fused backward's: 16-bit a_k, δ_k and weights in every product,
+// float32 accumulation, σ′ and δ in float32, db from the float32 δ.
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+
+/// db_l += the column sums of δ (tiles below nt, this warp's 16 rows) into the warp's partial
+/// `db`: rows g and g + 8 in the lane, then the 8 lanes of a column in a fixed butterfly.
+template <int NT>
+__device__ FF_FORCE_INLINE void add_column_sums(const float (&D)[NT][4], int nt, float* db) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (j >= nt) continue;
+    float s0 = D[j][0] + D[j][2], s1 = D[j][1] + D[j][3];
+#pragma unroll
+    for (int mask = 4; mask < 32; mask *= 2) {
+      s0 += __shfl_xor_sync(0xffffffffu, s0, mask);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, mask);
+    }
+    if (lane < 4) {
+      db[8 * j + 2 * lane] += s0;
+      db[8 * j + 2 * lane + 1] += s1;
+    }
+  }
+}
+
+/// dW_l += δᵀ a over the block's R rows, 16×16 tiles of dW split across the warps: δ [R, ldd]
+/// and a [R, lda] (16-bit, row-major in shared memory), the sum added to the block's float32
+/// accumulator [out_pad, in_pad + kDwSkew] at `acc`.
+template <class S>
+__device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int rows, int warps,
+                                                           const S* delta, int ldd, const S* act,
+                                                           int lda, float* acc) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+  const int nt = l.in_pad / 16, tiles = l.out_pad / 16 * nt;
+  const int ld = l.in_pad + kDwSkew;
+  for (int tile = warp_id(); tile < tiles; tile += warps) {
+    const int o0 = tile / nt * 16, i0 = tile % nt * 16;
+    float* at = acc + l.dw_acc + (o0 + g) * ld + i0 + 2 * t;
+    // The old sums first: their latency hides behind the products.
+    float2 old[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      old[2 * h] = *reinterpret_cast<const float2*>(at + 8 * h);
+      old[2 * h + 1] = *reinterpret_cast<const float2*>(at + 8 * ld + 8 * h);
+    }
+    float c[2][4] = {};
+    const S* dl = cols_then_rows(delta + o0, ldd);
+    const S* ac = rows_then_cols(act + i0, lda);
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+      uint32_t af[4], bf[4];
+      ldmatrix_x4_trans(af, dl + r0 * ldd);
+      ldmatrix_x4_trans(bf, ac + r0 * lda);
+      mma_16816<S>(c[0], af, bf[0], bf[1]);
+      mma_16816<S>(c[1], af, bf[2], bf[3]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      *reinterpret_cast<float2*>(at + 8 * h) =
+          make_float2(old[2 * h].x + c[h][0], old[2 * h].y + c[h][1]);
+      *reinterpret_cast<float2*>(at + 8 * ld + 8 * h) =
+          make_float2(old[2 * h + 1].x + c[h][2], old[2 * h + 1].y + c[h][3]);
+    }
+  }
+}
+
+/// Calls fn(row, col, value) for this lane's elements of the warp's accumulator tiles (16 rows
+/// from row0, NT tiles of 8 columns).
+template <int NT, class Fn>
+__device__ FF_FORCE_INLINE void for_each_element(int64_t row0, float (&G)[NT][4], const Fn& fn) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) fn(row0 + g + 8 * (e >> 1), 8 * j + 2 * t + (e & 1), G[j][e]);
+  }
+}
+
+/// The register backward (Note [mlp register backward]). Shared memory: the resident weights,
+/// then (byte offsets in Args) the block's activations at `acts` (layer k at element a_sm), the two
+/// δ buffers at g0 / g1 (row pitch ld_g), and each warp's db partial at warp_base + w·warp_bytes.
+template <class S, int MW>
+__global__ void __launch_bounds__(32 * kRegisterWarps, 1)
+    register_backward_kernel(const __grid_constant__ Args a) {
+  constexpr int KT = MW / 16, NT = MW / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const S* wsm = reinterpret_cast<const S*>(smem);
+  S* acts = reinterpret_cast<S*>(smem + a.acts);
+  float* db = reinterpret_cast<float*>(smem + a.warp_base + warp_id() * a.warp_bytes + a.dbs);
+  float* acc = begin_partials<S>(a, smem);
+  const int L = a.num_layers, rows = 16 * a.warps, ldd = a.ld_g;
+  const int local = 16 * warp_id();  // the warp's first row in the block's buffers
+  for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
+    const int64_t row0 = tile * rows + local;
+    // Forward: a_0 .. a_{L−1} into the activation buffer; A ends holding a_{L−1}.
+    uint32_t A[1][KT][4];
+    load_input_fragments<S, 1, KT>(a, row0, A);
+    for (int k = 0;; ++k) {
+      const Layer& l = a.layers[k];
+      const int ld = l.in_pad + kSkew;
+      store_fragments(A[0], l.in_pad / 16, acts + l.a_sm + local * ld,
+                      ld * static_cast<int>(sizeof(S)));
+      if (k + 1 == L) break;
+      float C[1][NT][4];
+      forward_product<S, 1, KT, NT>(l, wsm, A, C);
+      visit_activation<float>(a.hidden, a.params, [&](auto act) {
+        to_fragments<S>(
+            C, l.out_pad / 8, l.out, &l, [&](float p) { return act.value(p); }, A);
+      });
+    }
+    __syncwarp();       // the warp reads its own rows of a_k back with ldmatrix
+    float G[1][NT][4];  // g_k, then δ_k, over layer k's out_pad
+    for_each_element(row0, G[0], [&](int64_t row, int col, float& v) {  // grad_out, zero padded
+      v = row < a.batch && col < a.layers[L - 1].out ? a.grad_out[row * a.go_sr + col * a.go_sc]
+                                                     : 0.0f;
+    });
+    // The layers with a dW product alternate between the δ buffers: the δ written into one after
+    // the next barrier is read only before that barrier.
+    int turn = 0;
+    for (int k = L - 1; k >= 0; --k) {
+      const Layer& l = a.layers[k];
+      const int nt = l.out_pad / 8, ld = l.in_pad + kSkew;
+      const S* a_k = acts + l.a_sm;
+      const Activation kind = k + 1 == L ? a.output : a.hidden;
+      if (kind == Activation::ReLU && k + 1 < L) {  // σ′(p_k) = [a_{k+1} > 0]
+        const Layer& n = a.layers[k + 1];
+        const int ldn = n.in_pad + kSkew;
+        uint32_t Y[KT][4];
+        load_fragments(acts + n.a_sm + local * ldn, ldn, n.in_pad / 16, Y);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if (j >= nt) continue;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // rows g, g + 8
+            const float2 y = unpack_pair<S>(Y[j / 2][2 * (j % 2) + h]);
+            G[0][j][2 * h] = y.x > 0.0f ? G[0][j][2 * h] : 0.0f;
+            G[0][j][2 * h + 1] = y.y > 0.0f ? G[0][j][2 * h + 1] : 0.0f;
+          }
+        }
+      } else if (kind != Activation::None) {  // δ = g ⊙ σ′(p_k), p_k recomputed
+        if (k + 1 < L) load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
+        float P[1][NT][4];
+        forward_product<S, 1, KT, NT>(l, wsm, A, P);
+        visit_activation<float>(kind, a.params, [&](auto act) {
+          const int t = lane_id() & 3;
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            if (j >= nt) continue;
+            const float b0 = bias_of(l, 8 * j + 2 * t), b1 = bias_of(l, 8 * j + 2 * t + 1);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) G[0][j][e] *= act.d1(P[0][j][e] + ((e & 1) ? b1 : b0));
+          }
+        });
+      }
+      // Padding columns of δ are 0 already: g is 0 there (grad_out, or the zero-padded weight
+      // columns of the layer above), and σ′ multiplies it.
+      if (l.want_db) add_column_sums(G[0], nt, db + l.db_sm);
+      uint32_t D[1][KT][4];
+      to_fragments<S>(
+          G, nt, l.out, nullptr, [](float v) { return v; }, D);
+      S* delta = reinterpret_cast<S*>(smem + (turn == 0 ? a.g0 : a.g1));
+      if (l.want_dw) {
+        store_fragments(D[0], l.out_pad / 16, delta + local * ldd,
+                        ldd * static_cast<int>(sizeof(S)));
+      }
+      if (k > 0 || a.grad_x != nullptr) {
+        float N[NT][4];
+        reverse_product<S, KT, NT>(l, wsm, D[0], N);
+        if (k == 0) {
+          for_each_element(row0, N, [&](int64_t row, int col, float& v) {
+            if (row < a.batch && col < l.in) a.grad_x[row * l.in + col] = v;
+          });
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) G[0][j][e] = N[j][e];
+        }
+      }
+      if (l.want_dw) {
+        __syncthreads();  // every warp's δ_k is in its buffer
+        accumulate_weight_gradient(l, rows, a.warps, delta, ldd, a_k, ld, acc);
+        turn ^= 1;
+      }
+    }
+    __syncthreads();  // the next tile overwrites the activations other warps just read
+  }
+  end_partials(a, smem, acc);
+}
+
+#else
+
+template <class S, int MW>
+__global__ void register_backward_kernel(const __grid_constant__ Args) {}
+
+#endif
+
+}  // namespace fieldfuse::detail::mlp::fused
