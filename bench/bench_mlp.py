@@ -4,7 +4,8 @@
 forward + backward, in float32 / float16 / bfloat16 compute and widths 16…256; and the Eikonal
 step of an SDF 3 → 64×4 → 1 (Softplus β = 100) with each precision's error against float64.
 
-    python bench/bench_mlp.py [--cpu] [--quick] [--no-compile] [--out DIR]
+    python bench/bench_mlp.py [--cpu] [--quick] [--no-compile] [--widths 64 16 ...]
+                              [--no-eikonal] [--out DIR]
 """
 
 from __future__ import annotations
@@ -198,7 +199,12 @@ def error_notes(rows: list[dict]) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    args = tm.parse_bench_args(tm.bench_parser(__doc__), argv)
+    parser = tm.bench_parser(__doc__)
+    parser.add_argument("--widths", type=int, nargs="*", default=list(MLP_WIDTHS),
+                        help="hidden widths of the MLP rows (default: all; none: no MLP rows)")
+    parser.add_argument("--eikonal", action=argparse.BooleanOptionalAction, default=True,
+                        help="time the Eikonal step rows (default: on)")
+    args = tm.parse_bench_args(parser, argv)
     args.batch = QUICK_BATCH if args.quick else CPU_BATCH if args.cpu else GPU_BATCH
     args.computes = CPU_COMPUTE if args.cpu else GPU_COMPUTE
     return args
@@ -210,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(SEED)
     env = tm.fieldfuse_environment(args.device)
     rows = []
-    for width in MLP_WIDTHS:
+    for width in args.widths:
         # The headline width in every precision, the others in float32 and (GPU) float16.
         computes = args.computes if width == 64 else args.computes[:2]
         for compute in computes:
@@ -219,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(mlp_case(width, compute, pass_name, args))
                 progress(rows[-1])
                 tm.release(args.device)
-    for compute in args.computes:
+    for compute in args.computes if args.eikonal else ():
         torch._dynamo.reset()
         rows.append(eikonal_case(compute, args))
         progress(rows[-1])

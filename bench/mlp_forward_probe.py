@@ -3,8 +3,9 @@
 
 fieldfuse.mlp 32 → W×4 → 16 ReLU at B = 2^18 against nn.Sequential under torch.autocast, both in
 this process: CUDA events, median of 100 calls after 10 warm-up calls, inputs rotated over four
-tensors; "graph" is a CUDA graph of 20 calls replayed, per call. Then the float16 forward +
-backward at W = 64 (autograd). CUDA only; prints one line per case.
+tensors; "graph" is a CUDA graph of 20 calls replayed, per call. Then the forward + backward
+(autograd, to x, weights and biases) at W <= 128, both eager and graphed. CUDA only; prints one
+line per case.
 
     python3 bench/mlp_forward_probe.py
 """
@@ -91,17 +92,26 @@ def inference(width: int, compute: torch.dtype, device: torch.device) -> str:
             f"eager {eager_ms:.4f}, rel err {error:.2e}")
 
 
-def forward_backward(device: torch.device) -> str:
-    weights, biases, _ = network(64, device)
+def forward_backward(width: int, compute: torch.dtype, device: torch.device) -> str:
+    """Forward + backward to x, weights and biases (autograd), fieldfuse against nn.Sequential
+    under torch.autocast, each as an eager call and replayed from a CUDA graph."""
+    weights, biases, sequential = network(width, device)
     params = [p.requires_grad_() for p in weights + biases]
     x = torch.randn(BATCH, 32, device=device, requires_grad=True)
     upstream = torch.randn(BATCH, 16, device=device)
 
-    def step():
-        y = fieldfuse.mlp(x, weights, biases, activation="relu", compute_dtype=torch.float16)
+    def ours():
+        y = fieldfuse.mlp(x, weights, biases, activation="relu", compute_dtype=compute)
         torch.autograd.grad(y, [x] + params, upstream)
 
-    return f"fwd+bwd width 64 fp16: {median_ms(step, 50):.4f} ms"
+    def eager():
+        with torch.autocast("cuda", dtype=compute):
+            y = sequential(x)
+        torch.autograd.grad(y, [x] + list(sequential.parameters()), upstream)
+
+    return (f"fwd+bwd width {width} {compute}: ours {median_ms(ours, 50):.4f} ms (graph "
+            f"{graphed_ms(ours):.4f}), eager {median_ms(eager, 50):.4f} (graph "
+            f"{graphed_ms(eager):.4f})")
 
 
 def main() -> None:
@@ -111,7 +121,10 @@ def main() -> None:
         for compute in (torch.float16, torch.bfloat16):
             if width == 64 or compute == torch.float16:
                 print(inference(width, compute, device), flush=True)
-    print(forward_backward(device), flush=True)
+    for width in WIDTHS[:-1]:  # 256 keeps the warp-fused kernels
+        for compute in (torch.float16, torch.bfloat16):
+            if width == 64 or compute == torch.float16:
+                print(forward_backward(width, compute, device), flush=True)
 
 
 if __name__ == "__main__":

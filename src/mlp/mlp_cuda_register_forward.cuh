@@ -34,7 +34,9 @@ namespace fieldfuse::detail::mlp::fused {
 // accumulators), and the activation is chosen once per layer (visit_activation), not per element:
 // with the products ordered tile by tile and a switch per element, the forward of 32 → 64×4 → 16
 // at B = 2^18 in float16 took 0.34 ms on an H100, no faster than the warp-fused kernel; now about
-// 0.125 ms (graph replay), against the issue's 0.05 ms.
+// 0.118 ms (graph replay), against the issue's 0.05 ms. Its fragment code is shared with the
+// register backward (mlp_cuda_fragments.cuh); loading its B fragments with ldmatrix, as the
+// backward's transposed operands are, doubled its time (0.235 ms), so they stay 32-bit loads.
 // The arithmetic is the warp-fused forward's (x and every hidden activation rounded to 16 bits,
 // float32 accumulation over k in the same 16-wide steps, bias and σ in float32).
 // Nsight Compute on that case: 19 instructions issued per mma.sync, an instruction every 2.5 cycles
