@@ -338,18 +338,26 @@ FF_FORCE_INLINE void outer_accumulate_impl(int64_t rows, int64_t in, int64_t out
     for (int64_t o = 0; o < out; ++o) db[o] += d[r * out + o];
 }
 
-// Note [mlp CPU clones]: the library is built for baseline x86-64 (SSE2), where these products
-// run 4 floats wide. Each is compiled again for x86-64-v3 (AVX2 + FMA) and x86-64-v4 (AVX-512),
-// each with its own register blocks (Note [mlp CPU blocks]), and the first call picks the best
-// version the CPU supports, a 2–4× gain on current servers. Within one machine the same version
-// always runs, so results stay deterministic.
-// FIELDFUSE_MLP_CPU_ISA=baseline|avx2 caps the choice (tests run every build on one machine).
 /// Elements per vector-math block (Note [mlp CPU vector math]): a multiple of every build's
 /// vector width.
 constexpr int kActivationBlock = 16;
 
 /// What forward_tile keeps of each pre-activation besides σ: nothing, σ′, or σ′ and σ″.
 enum class Keep { Value, D1, D2 };
+
+/// σ(p) into v, and σ′ into d1 / σ″ into d2 as `keep` says (the others are left alone).
+template <Keep keep, class T, class Act>
+FF_FORCE_INLINE void activate(const Act& act, T p, T& v, T& d1, T& d2) {
+  if constexpr (keep == Keep::D2) {
+    const Derivs<T> r = act.all(p);
+    v = r.value, d1 = r.d1, d2 = r.d2;
+  } else if constexpr (keep == Keep::D1) {
+    d1 = act.d1(p);
+    v = act.value(p);
+  } else {
+    v = act.value(p);
+  }
+}
 
 /// pre ← σ(pre), and σ′ into d1 / σ″ into d2 as `keep` says, over n elements, block by block.
 template <Keep keep, class T, class Act>
@@ -359,16 +367,7 @@ FF_FORCE_INLINE void activation_blocks(const Act& act, T* pre, T* d1, T* d2, int
     T p[kActivationBlock] = {}, v[kActivationBlock], a[kActivationBlock], b[kActivationBlock];
     std::copy(pre + e0, pre + e0 + m, p);
     FF_MLP_SIMD
-    for (int i = 0; i < kActivationBlock; ++i) {
-      if constexpr (keep == Keep::D2) {
-        const Derivs<T> r = act.all(p[i]);
-        v[i] = r.value, a[i] = r.d1, b[i] = r.d2;
-      } else if constexpr (keep == Keep::D1) {
-        v[i] = act.value(p[i]), a[i] = act.d1(p[i]);
-      } else {
-        v[i] = act.value(p[i]);
-      }
-    }
+    for (int i = 0; i < kActivationBlock; ++i) activate<keep>(act, p[i], v[i], a[i], b[i]);
     std::copy(v, v + m, pre + e0);
     if constexpr (keep != Keep::Value) std::copy(a, a + m, d1 + e0);
     if constexpr (keep == Keep::D2) std::copy(b, b + m, d2 + e0);
@@ -380,16 +379,10 @@ FF_FORCE_INLINE void activation_blocks(const Act& act, T* pre, T* d1, T* d2, int
 /// activation (ReLU's forward took 7.6 ms through them against 4.8 ms, same case as above).
 template <Keep keep, class T, class Act>
 FF_FORCE_INLINE void activation_loop(const Act& act, T* pre, T* d1, T* d2, int64_t n) {
+  T unused = T(0);
   for (int64_t e = 0; e < n; ++e) {
-    if constexpr (keep == Keep::D2) {
-      const Derivs<T> r = act.all(pre[e]);
-      pre[e] = r.value, d1[e] = r.d1, d2[e] = r.d2;
-    } else if constexpr (keep == Keep::D1) {
-      d1[e] = act.d1(pre[e]);
-      pre[e] = act.value(pre[e]);
-    } else {
-      pre[e] = act.value(pre[e]);
-    }
+    activate<keep>(act, pre[e], pre[e], keep == Keep::Value ? unused : d1[e],
+                   keep == Keep::D2 ? d2[e] : unused);
   }
 }
 
@@ -419,6 +412,12 @@ FF_FORCE_INLINE void apply_activation_impl(Activation kind, const ActivationPara
   });
 }
 
+// Note [mlp CPU clones]: the library is built for baseline x86-64 (SSE2), where these products
+// run 4 floats wide. Each is compiled again for x86-64-v3 (AVX2 + FMA) and x86-64-v4 (AVX-512),
+// each with its own register blocks (Note [mlp CPU blocks]), and the first call picks the best
+// version the CPU supports, a 2–4× gain on current servers. Within one machine the same version
+// always runs, so results stay deterministic.
+// FIELDFUSE_MLP_CPU_ISA=baseline|avx2 caps the choice (tests run every build on one machine).
 enum class Isa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
 
 Isa cpu_isa() {
