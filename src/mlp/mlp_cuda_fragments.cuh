@@ -103,17 +103,22 @@ __device__ FF_FORCE_INLINE const S* cols_then_rows(const S* base, int ld) {
   return base + ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
 }
 
-/// x[row, col] as float32, 0 past the batch or the input width.
-__device__ FF_FORCE_INLINE float input_at(const Args& a, int64_t row, int col) {
-  return row < a.batch && col < a.layers[0].in ? a.x[row * a.x_sr + col * a.x_sc] : 0.0f;
+/// src[row, col] of a [batch, in] float32 matrix read through its strides (x, or v in the double
+/// backward), 0 past the batch or the input width, and everywhere for a null src.
+__device__ FF_FORCE_INLINE float input_at(const Args& a, const float* src, int64_t sr, int64_t sc,
+                                          int64_t row, int col) {
+  return src != nullptr && row < a.batch && col < a.layers[0].in ? src[row * sr + col * sc] : 0.0f;
 }
 
-/// The A fragments of rows row0 .. row0 + 16M of x (16-bit, zeros past the batch and past `in`).
+/// The A fragments of rows row0 .. row0 + 16M of the input-shaped matrix src (16-bit, zeros past
+/// the batch and past `in`).
 template <class S, int M, int KT>
-__device__ FF_FORCE_INLINE void load_input_fragments(const Args& a, int64_t row0,
+__device__ FF_FORCE_INLINE void load_input_fragments(const Args& a, const float* src, int64_t sr,
+                                                     int64_t sc, int64_t row0,
                                                      uint32_t (&A)[M][KT][4]) {
   const int g = lane_id() >> 2, t = lane_id() & 3;
   const int kt = a.layers[0].in_pad / 16;
+  const auto at = [&](int64_t r, int c) { return input_at(a, src, sr, sc, r, c); };
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     const int64_t r = row0 + 16 * m + g;
@@ -121,30 +126,33 @@ __device__ FF_FORCE_INLINE void load_input_fragments(const Args& a, int64_t row0
     for (int kk = 0; kk < KT; ++kk) {
       if (kk >= kt) continue;
       const int c = 16 * kk + 2 * t;
-      A[m][kk][0] = pack_pair<S>(input_at(a, r, c), input_at(a, r, c + 1));
-      A[m][kk][1] = pack_pair<S>(input_at(a, r + 8, c), input_at(a, r + 8, c + 1));
-      A[m][kk][2] = pack_pair<S>(input_at(a, r, c + 8), input_at(a, r, c + 9));
-      A[m][kk][3] = pack_pair<S>(input_at(a, r + 8, c + 8), input_at(a, r + 8, c + 9));
+      A[m][kk][0] = pack_pair<S>(at(r, c), at(r, c + 1));
+      A[m][kk][1] = pack_pair<S>(at(r + 8, c), at(r + 8, c + 1));
+      A[m][kk][2] = pack_pair<S>(at(r, c + 8), at(r, c + 9));
+      A[m][kk][3] = pack_pair<S>(at(r + 8, c + 8), at(r + 8, c + 9));
     }
   }
 }
 
-/// C[m] = A[m] · W_lᵀ over the layer's padded widths (the forward product) with the weight
-/// resident in shared memory ([out_pad, in_pad + kSkew]): its B fragments are two 32-bit loads
-/// each (ldmatrix here made the register forward twice as slow on an H100). k outermost:
-/// consecutive products go to different accumulators, so none waits on the one before it.
+/// The same for x.
+template <class S, int M, int KT>
+__device__ FF_FORCE_INLINE void load_input_fragments(const Args& a, int64_t row0,
+                                                     uint32_t (&A)[M][KT][4]) {
+  load_input_fragments<S, M, KT>(a, a.x, a.x_sr, a.x_sc, row0, A);
+}
+
+/// C[m] += A[m] · W_lᵀ over the layer's padded widths (the forward product) with the weight
+/// resident in shared memory at `wsm` + l.w_sm ([out_pad, in_pad + kSkew]): its B fragments are
+/// two 32-bit loads each (ldmatrix here made the register forward twice as slow on an H100).
+/// k outermost: consecutive products go to different accumulators, so none waits on the one
+/// before it.
 template <class S, int M, int KT, int NT>
-__device__ FF_FORCE_INLINE void forward_product(const Layer& l, const S* wsm,
-                                                const uint32_t (&A)[M][KT][4],
-                                                float (&C)[M][NT][4]) {
+__device__ FF_FORCE_INLINE void forward_product_add(const Layer& l, const S* wsm,
+                                                    const uint32_t (&A)[M][KT][4],
+                                                    float (&C)[M][NT][4]) {
   const int g = lane_id() >> 2, t = lane_id() & 3;
   const int kt = l.in_pad / 16, nt = l.out_pad / 8, ldw = l.in_pad + kSkew;
   const S* w = wsm + l.w_sm + g * ldw + 2 * t;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) C[m][j][0] = C[m][j][1] = C[m][j][2] = C[m][j][3] = 0.0f;
-  }
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
     if (kk >= kt) continue;
@@ -160,16 +168,27 @@ __device__ FF_FORCE_INLINE void forward_product(const Layer& l, const S* wsm,
   }
 }
 
-/// C = D · W_l over the layer's padded widths (the reverse sweep's product: D [16, out_pad] the
-/// layer's δ as A fragments, C [16, in_pad]), B fragments by ldmatrix.trans from the resident
-/// weight.
+/// C[m] = A[m] · W_lᵀ.
+template <class S, int M, int KT, int NT>
+__device__ FF_FORCE_INLINE void forward_product(const Layer& l, const S* wsm,
+                                                const uint32_t (&A)[M][KT][4],
+                                                float (&C)[M][NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) C[m][j][0] = C[m][j][1] = C[m][j][2] = C[m][j][3] = 0.0f;
+  }
+  forward_product_add<S, M, KT, NT>(l, wsm, A, C);
+}
+
+/// C += D · W_l over the layer's padded widths (the reverse sweep's product: D [16, out_pad] the
+/// layer's δ as A fragments, C [16, in_pad]), B fragments by ldmatrix.trans from the weight
+/// resident at `wsm` + l.w_sm.
 template <class S, int KT, int NT>
-__device__ FF_FORCE_INLINE void reverse_product(const Layer& l, const S* wsm,
-                                                const uint32_t (&D)[KT][4], float (&C)[NT][4]) {
+__device__ FF_FORCE_INLINE void reverse_product_add(const Layer& l, const S* wsm,
+                                                    const uint32_t (&D)[KT][4], float (&C)[NT][4]) {
   const int kt = l.out_pad / 16, nt = l.in_pad / 8, ldw = l.in_pad + kSkew;
   const S* w = rows_then_cols(wsm + l.w_sm, ldw);
-#pragma unroll
-  for (int j = 0; j < NT; ++j) C[j][0] = C[j][1] = C[j][2] = C[j][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
     if (kk >= kt) continue;
@@ -182,6 +201,15 @@ __device__ FF_FORCE_INLINE void reverse_product(const Layer& l, const S* wsm,
       mma_16816<S>(C[j + 1], D[kk], b[2], b[3]);
     }
   }
+}
+
+/// C = D · W_l.
+template <class S, int KT, int NT>
+__device__ FF_FORCE_INLINE void reverse_product(const Layer& l, const S* wsm,
+                                                const uint32_t (&D)[KT][4], float (&C)[NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) C[j][0] = C[j][1] = C[j][2] = C[j][3] = 0.0f;
+  reverse_product_add<S, KT, NT>(l, wsm, D, C);
 }
 
 /// Accumulator tiles j (16×8, over `cols` columns) as the A fragments of the next product, which

@@ -62,13 +62,22 @@ __device__ FF_FORCE_INLINE void add_column_sums(const float (&D)[NT][4], int nt,
   }
 }
 
-/// dW_l += δᵀ a over the block's R rows, 16×16 tiles of dW split across the warps: δ [R, ldd]
-/// and a [R, lda] (16-bit, row-major in shared memory), the sum added to the block's float32
-/// accumulator [out_pad, in_pad + kDwSkew] at `acc`.
+/// One term δᵀ a of a weight gradient over the block's rows: δ [R, ld_left] and a [R, ld_right],
+/// 16-bit, row-major in shared memory.
 template <class S>
+struct RowProduct {
+  const S* left;
+  int ld_left;
+  const S* right;
+  int ld_right;
+};
+
+/// dW_l += Σ_terms δᵀ a over the block's R rows, 16×16 tiles of dW split across the warps, the
+/// sum added to the block's float32 accumulator [out_pad, in_pad + kDwSkew] at `acc`.
+template <class S, int N>
 __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int rows, int warps,
-                                                           const S* delta, int ldd, const S* act,
-                                                           int lda, float* acc) {
+                                                           const RowProduct<S> (&terms)[N],
+                                                           float* acc) {
   const int g = lane_id() >> 2, t = lane_id() & 3;
   const int nt = l.in_pad / 16, tiles = l.out_pad / 16 * nt;
   const int ld = l.in_pad + kDwSkew;
@@ -83,14 +92,18 @@ __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int r
       old[2 * h + 1] = *reinterpret_cast<const float2*>(at + 8 * ld + 8 * h);
     }
     float c[2][4] = {};
-    const S* dl = cols_then_rows(delta + o0, ldd);
-    const S* ac = rows_then_cols(act + i0, lda);
-    for (int r0 = 0; r0 < rows; r0 += 16) {
-      uint32_t af[4], bf[4];
-      ldmatrix_x4_trans(af, dl + r0 * ldd);
-      ldmatrix_x4_trans(bf, ac + r0 * lda);
-      mma_16816<S>(c[0], af, bf[0], bf[1]);
-      mma_16816<S>(c[1], af, bf[2], bf[3]);
+#pragma unroll
+    for (int q = 0; q < N; ++q) {
+      const RowProduct<S>& term = terms[q];
+      const S* dl = cols_then_rows(term.left + o0, term.ld_left);
+      const S* ac = rows_then_cols(term.right + i0, term.ld_right);
+      for (int r0 = 0; r0 < rows; r0 += 16) {
+        uint32_t af[4], bf[4];
+        ldmatrix_x4_trans(af, dl + r0 * term.ld_left);
+        ldmatrix_x4_trans(bf, ac + r0 * term.ld_right);
+        mma_16816<S>(c[0], af, bf[0], bf[1]);
+        mma_16816<S>(c[1], af, bf[2], bf[3]);
+      }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -98,6 +111,25 @@ __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int r
           make_float2(old[2 * h].x + c[h][0], old[2 * h].y + c[h][1]);
       *reinterpret_cast<float2*>(at + 8 * ld + 8 * h) =
           make_float2(old[2 * h + 1].x + c[h][2], old[2 * h + 1].y + c[h][3]);
+    }
+  }
+}
+
+/// For a hidden ReLU, σ′(p_k) = [a_{k+1} > 0]: calls gate(j, e, on) for this lane's elements of
+/// accumulator tiles j < nt, from the warp's 16 rows of the stored 16-bit a_{k+1} at `next`.
+template <class S, int KT, int NT, class Gate>
+__device__ FF_FORCE_INLINE void for_each_relu_gate(const S* next, int ld, int nt,
+                                                   const Gate& gate) {
+  uint32_t Y[KT][4];
+  load_fragments(next, ld, nt / 2, Y);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (j >= nt) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows g, g + 8
+      const float2 y = unpack_pair<S>(Y[j / 2][2 * (j % 2) + h]);
+      gate(j, 2 * h, y.x > 0.0f);
+      gate(j, 2 * h + 1, y.y > 0.0f);
     }
   }
 }
@@ -163,18 +195,10 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
       if (kind == Activation::ReLU && k + 1 < L) {  // σ′(p_k) = [a_{k+1} > 0]
         const Layer& n = a.layers[k + 1];
         const int ldn = n.in_pad + kSkew;
-        uint32_t Y[KT][4];
-        load_fragments(acts + n.a_sm + local * ldn, ldn, n.in_pad / 16, Y);
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          if (j >= nt) continue;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {  // rows g, g + 8
-            const float2 y = unpack_pair<S>(Y[j / 2][2 * (j % 2) + h]);
-            G[0][j][2 * h] = y.x > 0.0f ? G[0][j][2 * h] : 0.0f;
-            G[0][j][2 * h + 1] = y.y > 0.0f ? G[0][j][2 * h + 1] : 0.0f;
-          }
-        }
+        for_each_relu_gate<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, nt,
+                                      [&](int j, int e, bool on) {
+                                        if (!on) G[0][j][e] = 0.0f;
+                                      });
       } else if (kind != Activation::None) {  // δ = g ⊙ σ′(p_k), p_k recomputed
         if (k + 1 < L) load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
         float P[1][NT][4];
@@ -217,7 +241,8 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
       }
       if (l.want_dw) {
         __syncthreads();  // every warp's δ_k is in its buffer
-        accumulate_weight_gradient(l, rows, a.warps, delta, ldd, a_k, ld, acc);
+        const RowProduct<S> terms[1] = {{delta, ldd, a_k, ld}};
+        accumulate_weight_gradient(l, rows, a.warps, terms, acc);
         turn ^= 1;
       }
     }

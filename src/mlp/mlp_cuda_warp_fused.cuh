@@ -123,6 +123,8 @@ struct Args {
   int tans = 0, curvs = 0, deltas = 0;
   /// The register forward's widest padded width MW (Note [mlp register forward]), or 0.
   int register_width = 0;
+  /// The register double backward's resident V copies (layout of the weights), or 0: none.
+  int v_sm = 0;
 };
 
 /// dst [out_pad, in_pad] (16-bit) = the float32 weight [out, in] read through its strides, zero
@@ -267,13 +269,16 @@ __device__ FF_FORCE_INLINE const S* weight_of(const Args& a, const Layer& l, con
   return a.resident ? wsm + l.w_sm : static_cast<const S*>(a.weights) + l.w_ws;
 }
 
-/// Stages every converted weight into shared memory (resident plans), 16 bytes at a time.
+/// Stages every converted weight (or, `grad_grad`, every layer's converted V) into shared memory
+/// (resident plans), 16 bytes at a time.
 template <class S>
-__device__ void stage_weights(const Args& a, S* wsm) {
+__device__ void stage_weights(const Args& a, S* wsm, bool grad_grad = false) {
   for (int k = 0; k < a.num_layers; ++k) {
     const Layer& l = a.layers[k];
+    if (grad_grad && !l.has_v) continue;
     constexpr int kVec = 16 / sizeof(S);  // elements per 16 bytes
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const S*>(a.weights) + l.w_ws);
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const S*>(a.weights) +
+                                                      (grad_grad ? l.v_ws : l.w_ws));
     const int per_row = l.in_pad / kVec;
     const int n = l.out_pad * per_row;
     for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {

@@ -11,6 +11,7 @@
 
 #include "core/cuda_launch.cuh"
 #include "mlp/mlp_cuda_register_backward.cuh"
+#include "mlp/mlp_cuda_register_double.cuh"
 #include "mlp/mlp_cuda_register_forward.cuh"
 #include "mlp/mlp_cuda_tile.cuh"
 #include "mlp/mlp_cuda_warp_fused.cuh"
@@ -88,6 +89,38 @@ void register_forward_plan(const Problem& p, std::size_t weight_bytes, int sms, 
   result = plan;
 }
 
+/// The common part of the register backward plans, once their shared-memory layout is set: the
+/// block's row buffers (layer k's at element a_sm, rows·(in_pad + kSkew) each), the partials'
+/// layout, the grid, the workspace. Commits `plan` into `result` when a block fits on an SM.
+template <class Kernel>
+void finish_register_plan(const Problem& p, Kernel kernel, const char* what, int64_t dw_len,
+                          int64_t db_len, int sms, std::size_t bytes, Plan& plan, Plan& result) {
+  Args& a = plan.args;
+  const int rows = 16 * a.warps;
+  a.resident = 1;
+  a.dw_in_smem = 0;
+  a.dbs = 0;
+  int64_t elem = 0;
+  for (int k = 0; k < a.num_layers; ++k) {
+    a.layers[k].a_sm = static_cast<int>(elem);
+    elem += rows * (a.layers[k].in_pad + kSkew);
+  }
+  a.tiles = (p.batch + rows - 1) / rows;
+  a.dw_len = dw_len;
+  a.db_len = db_len;
+  a.slot_len = (dw_len + db_len + 63) / 64 * 64;
+  for (int k = 0; k < a.num_layers; ++k) a.layers[k].db_slot = dw_len + a.layers[k].db_sm;
+  plan.smem = bytes;
+  cuda::DeviceGuard guard(p.device.index, p.op);
+  const int per_sm = blocks_per_sm(p, kernel, 32 * a.warps, bytes, what);
+  if (per_sm < 1) return;
+  plan.grid = static_cast<int>(std::min<int64_t>(a.tiles, static_cast<int64_t>(sms) * per_sm));
+  plan.total =
+      plan.partials_offset + static_cast<std::size_t>(plan.grid) * a.slot_len * sizeof(float);
+  plan.ok = true;
+  result = plan;
+}
+
 /// The register backward's plan (Note [mlp register backward]): the most warps (rows per block)
 /// whose weights, activations, δ buffers and db partials fit in shared memory; the dW accumulator
 /// in the block's slot of the workspace. `act_row_elems` is Σ_k (in_pad_k + kSkew).
@@ -104,8 +137,6 @@ void register_backward_plan(const Problem& p, std::size_t weight_bytes, int64_t 
     const std::size_t bytes = weight_bytes + acts + 2 * delta + warps * db_bytes;
     if (bytes > static_cast<std::size_t>(optin)) continue;
     a.register_width = MW;
-    a.resident = 1;
-    a.dw_in_smem = 0;
     a.warps = warps;
     a.ld_g = MW + kSkew;
     a.acts = static_cast<int>(weight_bytes);
@@ -113,27 +144,44 @@ void register_backward_plan(const Problem& p, std::size_t weight_bytes, int64_t 
     a.g1 = static_cast<int>(weight_bytes + acts + delta);
     a.warp_base = static_cast<int>(weight_bytes + acts + 2 * delta);
     a.warp_bytes = static_cast<int>(db_bytes);
-    a.dbs = 0;
-    int64_t at = 0;
-    for (int k = 0; k < a.num_layers; ++k) {
-      a.layers[k].a_sm = static_cast<int>(at);
-      at += rows * (a.layers[k].in_pad + kSkew);
-    }
-    a.tiles = (p.batch + rows - 1) / rows;
-    a.dw_len = dw_len;
-    a.db_len = db_len;
-    a.slot_len = (dw_len + db_len + 63) / 64 * 64;
-    for (int k = 0; k < a.num_layers; ++k) a.layers[k].db_slot = dw_len + a.layers[k].db_sm;
-    plan.smem = bytes;
-    cuda::DeviceGuard guard(p.device.index, p.op);
-    const int per_sm = blocks_per_sm(p, register_backward_kernel<S, MW>, 32 * warps, bytes,
-                                     "register backward kernel");
-    if (per_sm < 1) return;
-    plan.grid = static_cast<int>(std::min<int64_t>(a.tiles, static_cast<int64_t>(sms) * per_sm));
-    plan.total =
-        plan.partials_offset + static_cast<std::size_t>(plan.grid) * a.slot_len * sizeof(float);
-    plan.ok = true;
-    result = plan;
+    finish_register_plan(p, register_backward_kernel<S, MW>, "register backward kernel", dw_len,
+                         db_len, sms, bytes, plan, result);
+    return;
+  }
+}
+
+/// The register double backward's plan (Note [mlp register double backward]): the most warps
+/// whose weights (and V copies, `stage_v`), a_k and t_k buffers, top-layer δ and q buffers and db
+/// partials fit in shared memory. `act_row_elems` is Σ_k (in_pad_k + kSkew).
+template <class S, int MW>
+void register_double_backward_plan(const Problem& p, std::size_t weight_bytes, bool stage_v,
+                                   int64_t act_row_elems, int64_t dw_len, int64_t db_len, int optin,
+                                   int sms, Plan& result) {
+  Plan plan = result;  // committed only when it works out
+  Args& a = plan.args;
+  const std::size_t db_bytes = align128(db_len * sizeof(float));
+  const int top_ld = a.layers[a.num_layers - 1].out_pad + kSkew;
+  for (int warps = kRegisterDoubleWarps; warps >= 2; warps -= 2) {
+    const int rows = 16 * warps;
+    const std::size_t v_bytes = stage_v ? weight_bytes : 0;
+    const std::size_t acts = align128(rows * act_row_elems * sizeof(S));
+    const std::size_t top = align128(static_cast<std::size_t>(rows) * top_ld * sizeof(S));
+    const std::size_t bytes = weight_bytes + v_bytes + 2 * acts + 2 * top + warps * db_bytes;
+    if (bytes > static_cast<std::size_t>(optin)) continue;
+    a.register_width = MW;
+    a.warps = warps;
+    a.v_sm = stage_v ? static_cast<int>(weight_bytes) : 0;
+    std::size_t at = weight_bytes + v_bytes;
+    a.acts = static_cast<int>(at);
+    a.tans = static_cast<int>(at += acts);
+    a.g0 = static_cast<int>(at += acts);
+    a.g1 = static_cast<int>(at += top);
+    a.warp_base = static_cast<int>(at += top);
+    a.ld_g = top_ld;
+    a.warp_bytes = static_cast<int>(db_bytes);
+    finish_register_plan(p, register_double_backward_kernel<S, MW>,
+                         "register double backward kernel", dw_len, db_len, sms, bytes, plan,
+                         result);
     return;
   }
 }
@@ -243,6 +291,26 @@ Plan make_plan(const Problem& p, Pass pass) {
                                     plan);
       if (plan.ok) return plan;
     }
+    // And the double backward's two sweeps. The workspace holds W and V, and the partials of
+    // whichever layout (with or without resident V copies) needs more blocks.
+    if (pass == Pass::DoubleBackward && maxw <= 64) {
+      // (The chosen layout last: each plan sets the kernel's shared-memory limit to its own.)
+      bool any_v = false;
+      for (int k = 0; k < p.num_layers; ++k) any_v = any_v || a.layers[k].has_v;
+      const Plan fallback = plan;
+      Plan other = plan;
+      plan.partials_offset = (static_cast<std::size_t>(2 * elems) * sizeof(S) + 255) / 256 * 256;
+      other.partials_offset = plan.partials_offset;
+      register_double_backward_plan<S, 64>(p, weight_bytes, !any_v, act_elems / 16, dw_len, db_len,
+                                           optin, sms, other);
+      register_double_backward_plan<S, 64>(p, weight_bytes, any_v, act_elems / 16, dw_len, db_len,
+                                           optin, sms, plan);
+      if (plan.ok && other.ok) {
+        plan.total = std::max(plan.total, other.total);
+        return plan;
+      }
+      plan = fallback;  // `a` still refers to plan.args
+    }
   }
   // Preference: more warps per block (more rows per dW product and per weight stage), then
   // resident weights, then a shared-memory dW accumulator.
@@ -316,7 +384,12 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
           v.grad_grad_weight_stride_in, l.out, l.in, l.in_pad, count, converted + l.v_ws);
       cuda::check_launch(p.op, "convert_weights_kernel(grad_grad_weight)", stream);
     }
-    if (pass == Pass::DoubleBackward) {
+    if (pass == Pass::DoubleBackward && a.register_width != 0) {
+      if constexpr (!std::is_same_v<S, float>) {
+        register_double_backward_kernel<S, 64><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+        cuda::check_launch(p.op, "register_double_backward_kernel", stream);
+      }
+    } else if (pass == Pass::DoubleBackward) {
       double_backward_kernel<S><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
       cuda::check_launch(p.op, "fused double_backward_kernel", stream);
     } else if (backward && a.register_width != 0) {

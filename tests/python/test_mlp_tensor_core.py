@@ -17,13 +17,17 @@ pytestmark = [pytest.mark.cuda,
 
 COMPUTE = [pytest.param(torch.float16, id="float16"), pytest.param(torch.bfloat16, id="bfloat16")]
 
-# The cases that failed in the one GPU run of these kernels so far (H100, 2026-11-24), kept as
-# strict xfails so that a fix shows up as an XPASS. Both causes are open work of issue 13:
+# The cases that fail on the GPU (H100, 2026-11-24), kept as strict xfails so that a change shows
+# up as an XPASS. The first two causes are open work of issue 13; the third is the float16
+# contract's own rounding, which the tolerance heuristic (_tolerance) does not bound:
 _OVERFLOW = ("float16 overflow: the penalties on the parameter gradients make V_k = "
              "dL2/d(grad_weight) exceed float16's 65504, and V_k enters its product rounded to "
              "float16 (inf, then NaN); a power-of-two scale per operand before rounding is missing")
 _RELU = ("ReLU beyond the smooth bound: rounding flips gates whose pre-activation is within "
          "rounding of 0, an O(1) change that 2.5*2*L*u does not cover (measured up to 3x it)")
+_SILU = ("the 16-bit contract itself, not the kernel: the Eikonal loss's input gradient through "
+         "SiLU is 3.5e-2 from float64 both here and in a float64 emulation of float16 operands "
+         "(measured 2026-11-24), beyond 2.5*2*L*u; softplus and tanh stay within it")
 KNOWN_FAILURES = {
     "test_every_order_within_16bit_error_of_float32[relu-float16]": _RELU,
     **{f"test_widths_and_batches[1000003-sizes{i}-float16]": _OVERFLOW for i in (0, 1, 2, 3, 6)},
@@ -35,6 +39,9 @@ KNOWN_FAILURES = {
     **{f"test_double_backward_every_upstream_term_and_bits[sizes{i}-softplus-float16]": _OVERFLOW
        for i in (1, 2)},
     "test_tile_kernels_every_order[float16]": _OVERFLOW,
+    **{f"test_eikonal_double_backward_without_weight_penalty[{f}-{a}-float16]": r
+       for f in ("all", "frozen1", "frozen0-3")
+       for a, r in (("leaky_relu", _RELU), ("silu", _SILU))},
 }
 
 
@@ -180,10 +187,10 @@ def test_parameter_gradients_without_input_gradient(compute_dtype, activation, s
 @pytest.mark.parametrize("sizes", [[3, 64, 64, 64, 64, 1], [7, 32, 5], [6, 256, 256, 9]])
 def test_double_backward_every_upstream_term_and_bits(compute_dtype, activation, sizes):
     # The double backward with every upstream term non-zero (v from the input gradient, V_k and
-    # c_k from a penalty on every parameter gradient), over the warp-fused plans these widths
-    # select (4 warps with the dW accumulator in shared memory; the Eikonal network's 2 warps with
-    # resident weights; 1 warp reading the weights from the workspace), against the float32 SIMT
-    # driver; and the same bits on every call (fixed-order partial sums).
+    # c_k from a penalty on every parameter gradient), over the plans these widths select (the
+    # register double backward with V_k resident next to W_k up to width 64, the warp-fused kernel
+    # reading the weights from the workspace at 256), against the float32 SIMT driver; and the
+    # same bits on every call (fixed-order partial sums).
     weights, biases = _network(sizes)
     x = _x(3001, sizes[0])
 
@@ -199,6 +206,37 @@ def test_double_backward_every_upstream_term_and_bits(compute_dtype, activation,
     ours = grads(compute_dtype=compute_dtype)
     fp32 = grads()
     tol = _tolerance(compute_dtype, len(weights))
+    for i, (a, b) in enumerate(zip(ours, fp32)):
+        assert _rel(a, b) < tol, (i, _rel(a, b), tol)
+    for a, b in zip(ours, grads(compute_dtype=compute_dtype)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("compute_dtype", COMPUTE)
+@pytest.mark.parametrize("activation", ["softplus", "tanh", "silu", "leaky_relu"])
+@pytest.mark.parametrize("frozen", [(), (1,), (0, 3)], ids=["all", "frozen1", "frozen0-3"])
+def test_eikonal_double_backward_without_weight_penalty(compute_dtype, activation, frozen):
+    # The Eikonal step alone: no V_k or c_k, so the register double backward runs without resident
+    # V copies, and σ″ = 0 (leaky_relu) skips the tangent products of the reverse sweep. Frozen
+    # weights (no dW_k) change which barriers the reverse sweep takes, the top layer's included.
+    # Against the float32 SIMT driver, and the same bits on every call.
+    weights, biases = _network([3, 64, 64, 64, 1])
+    x = _x(3001, 3)
+
+    def grads(**kw):
+        leaves = [x.detach().requires_grad_()]
+        leaves += [w.detach().requires_grad_(k not in frozen) for k, w in enumerate(weights)]
+        leaves += [b.detach().requires_grad_() for b in biases]
+        y = fieldfuse.mlp(leaves[0], leaves[1:5], leaves[5:], activation=activation,
+                          softplus_beta=5.0, **kw)
+        (gx,) = torch.autograd.grad(y.sum(), leaves[0], create_graph=True)
+        loss = (gx.norm(dim=1) - 1).square().mean() + y.abs().mean()
+        return [y, gx, *torch.autograd.grad(loss, [t for t in leaves if t.requires_grad])]
+
+    ours = grads(compute_dtype=compute_dtype)
+    fp32 = grads()
+    tol = _tolerance(compute_dtype, len(weights))
+    assert len(ours) == 2 + 1 + 4 - len(frozen) + 4
     for i, (a, b) in enumerate(zip(ours, fp32)):
         assert _rel(a, b) < tol, (i, _rel(a, b), tol)
     for a, b in zip(ours, grads(compute_dtype=compute_dtype)):
