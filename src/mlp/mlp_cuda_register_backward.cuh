@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
       if (k + 1 == L) break;
       float C[1][NT][4];
       forward_product<S, 1, KT, NT>(l, wsm, A, C);
-      visit_activation<float>(a.hidden, a.params, [&](auto act) {
+      visit_activation<float, FastMath>(a.hidden, a.params, [&](auto act) {
         to_fragments<S>(
             C, l.out_pad / 8, l.out, &l, [&](float p) { return act.value(p); }, A);
       });
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
         if (k + 1 < L) load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
         float P[1][NT][4];
         forward_product<S, 1, KT, NT>(l, wsm, A, P);
-        visit_activation<float>(kind, a.params, [&](auto act) {
+        visit_activation<float, FastMath>(kind, a.params, [&](auto act) {
           const int t = lane_id() & 3;
 #pragma unroll
           for (int j = 0; j < NT; ++j) {

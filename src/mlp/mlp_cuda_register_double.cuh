@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
       float P[1][NT][4], U[1][NT][4];
       tangent_products<S, KT, NT>(l, wsm, vsm, A, T, false, P, U);
       const int nt = l.out_pad / 8;
-      visit_activation<float>(last ? a.output : a.hidden, a.params, [&](auto act) {
+      visit_activation<float, FastMath>(last ? a.output : a.hidden, a.params, [&](auto act) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           if (j >= nt) continue;
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
         if (!linear) load_fragments(t_k + local * ld, ld, l.in_pad / 16, T[0]);
         float P[1][NT][4], U[1][NT][4];
         tangent_products<S, KT, NT>(l, wsm, vsm, A, T, linear, P, U);
-        visit_activation<float>(kind, a.params, [&](auto act) {
+        visit_activation<float, FastMath>(kind, a.params, [&](auto act) {
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
             if (j >= nt) continue;

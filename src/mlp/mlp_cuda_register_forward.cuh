@@ -83,13 +83,13 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
       const int nt = l.out_pad / 8;
       if (k + 1 < a.num_layers) {
         // Padding columns stay 0 for the next product (σ(0) need not be 0).
-        visit_activation<float>(a.hidden, a.params, [&](auto act) {
+        visit_activation<float, FastMath>(a.hidden, a.params, [&](auto act) {
           to_fragments<S>(
               C, nt, l.out, &l, [&](float p) { return act.value(p); }, A);
         });
         continue;
       }
-      visit_activation<float>(a.output, a.params, [&](auto act) {
+      visit_activation<float, FastMath>(a.output, a.params, [&](auto act) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           if (j >= nt) continue;

@@ -144,6 +144,8 @@ void double_backward_cuda(const DoubleBackwardArgs& args);
 //   (weights converted from the masters, activations/tangents/gradients rounded as they enter a
 //   product) and accumulates in float32; bias adds, σ, σ′, σ″ and the elementwise products of the
 //   sweeps are float32. No fp16 accumulation anywhere (the spec's point: second order accuracy).
+//   The register kernels write the exp-based σ in mlp_math.h's formulas over approximate exp2,
+//   log2 and reciprocal instructions (Note [mlp fast math]: errors near 2^-22, far below u).
 // - outputs: float32, contiguous, fully written (never accumulated into): out [batch, out_L];
 //   grad_x [batch, in]; grad_grad_out [batch, out_L]; grad_weight [out_k, in_k]; grad_bias [out_k];
 //   any may be null (skip). Parameter gradients are sums over all rows (zero for batch == 0).

@@ -32,6 +32,24 @@ FF_HOST_DEVICE FF_FORCE_INLINE double cos_of(double x) { return cos(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE float tanh_of(float x) { return tanhf(x); }
 FF_HOST_DEVICE FF_FORCE_INLINE double tanh_of(double x) { return tanh(x); }
 
+/// The transcendental functions the exp-based activations are written in: the precise ones (every
+/// path's default: libm and CUDA's libdevice, within an ulp or two), or another policy with the
+/// same three members (the 16-bit CUDA kernels' FastMath, Note [mlp fast math]).
+struct PreciseMath {
+  template <class T>
+  static FF_HOST_DEVICE FF_FORCE_INLINE T exp(T x) {
+    return exp_of(x);
+  }
+  template <class T>
+  static FF_HOST_DEVICE FF_FORCE_INLINE T log1p(T x) {
+    return log1p_of(x);
+  }
+  template <class T>
+  static FF_HOST_DEVICE FF_FORCE_INLINE T div(T a, T b) {
+    return a / b;
+  }
+};
+
 /// σ(p), σ′(p) and σ″(p) of one pre-activation.
 template <class T>
 struct Derivs {
@@ -70,22 +88,22 @@ struct LeakyReLU {
 /// but matching PyTorch keeps the two comparable bit for bit in that region), σ′ = 1, σ″ = 0.
 constexpr double kSoftplusThreshold = 20.0;
 
-template <class T>
+template <class T, class M = PreciseMath>
 struct Softplus {
   T beta;
   FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const {
     const T z = beta * p;
-    return z > T(kSoftplusThreshold) ? p : log1p_of(exp_of(z)) / beta;
+    return z > T(kSoftplusThreshold) ? p : M::div(M::log1p(M::exp(z)), beta);
   }
   FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const {
     const T z = beta * p;
-    return z > T(kSoftplusThreshold) ? T(1) : T(1) / (T(1) + exp_of(-z));
+    return z > T(kSoftplusThreshold) ? T(1) : M::div(T(1), T(1) + M::exp(-z));
   }
   FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
     const T z = beta * p;
     if (z > T(kSoftplusThreshold)) return {p, T(1), T(0)};
-    const T s = T(1) / (T(1) + exp_of(-z));  // sigmoid(βp)
-    return {log1p_of(exp_of(z)) / beta, s, beta * s * (T(1) - s)};
+    const T s = M::div(T(1), T(1) + M::exp(-z));  // sigmoid(βp)
+    return {M::div(M::log1p(M::exp(z)), beta), s, beta * s * (T(1) - s)};
   }
 };
 
@@ -116,55 +134,56 @@ struct Tanh {
 };
 
 /// 1/(1 + e^{−p}): exp(−p) overflows to inf for very negative p, which gives the right limit 0.
-template <class T>
+template <class T, class M = PreciseMath>
 FF_HOST_DEVICE FF_FORCE_INLINE T logistic(T p) {
-  return T(1) / (T(1) + exp_of(-p));
+  return M::div(T(1), T(1) + M::exp(-p));
 }
 
-template <class T>
+template <class T, class M = PreciseMath>
 struct Sigmoid {
-  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return logistic(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return logistic<T, M>(p); }
   FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const {
-    const T s = logistic(p);
+    const T s = logistic<T, M>(p);
     return s * (T(1) - s);
   }
   FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
-    const T s = logistic(p);
+    const T s = logistic<T, M>(p);
     const T d = s * (T(1) - s);
     return {s, d, d * (T(1) - T(2) * s)};
   }
 };
 
 /// p·s(p): σ′ = s(1 + p(1 − s)), σ″ = s(1 − s)(2 + p(1 − 2s)).
-template <class T>
+template <class T, class M = PreciseMath>
 struct SiLU {
-  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return p * logistic(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return p * logistic<T, M>(p); }
   FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const {
-    const T s = logistic(p);
+    const T s = logistic<T, M>(p);
     return s * (T(1) + p * (T(1) - s));
   }
   FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
-    const T s = logistic(p);
+    const T s = logistic<T, M>(p);
     return {p * s, s * (T(1) + p * (T(1) - s)), s * (T(1) - s) * (T(2) + p * (T(1) - T(2) * s))};
   }
 };
 
-template <class T>
+template <class T, class M = PreciseMath>
 struct Exp {
-  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return exp_of(p); }
-  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const { return exp_of(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T value(T p) const { return M::exp(p); }
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1(T p) const { return M::exp(p); }
   FF_HOST_DEVICE FF_FORCE_INLINE Derivs<T> all(T p) const {
-    const T e = exp_of(p);
+    const T e = M::exp(p);
     return {e, e, e};
   }
 };
 
-/// Calls `run(policy)` with the policy of `kind` in compute type T: on the host once per layer or
-/// launch, in a kernel once per layer (the register forward), never once per element.
+/// Calls `run(policy)` with the policy of `kind` in compute type T (exp-based ones written in M's
+/// functions): on the host once per layer or launch, in a kernel once per layer (the register
+/// forward), never once per element.
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable  // host callers pass host lambdas, device callers device ones
 #endif
-template <class T, class Run>
+template <class T, class M = PreciseMath, class Run>
 FF_HOST_DEVICE FF_FORCE_INLINE decltype(auto) visit_activation(Activation kind,
                                                                const ActivationParams& params,
                                                                const Run& run) {
@@ -174,17 +193,17 @@ FF_HOST_DEVICE FF_FORCE_INLINE decltype(auto) visit_activation(Activation kind,
     case Activation::LeakyReLU:
       return run(LeakyReLU<T>{T(params.leaky_slope)});
     case Activation::Softplus:
-      return run(Softplus<T>{T(params.softplus_beta)});
+      return run(Softplus<T, M>{T(params.softplus_beta)});
     case Activation::Sine:
       return run(Sine<T>{T(params.sine_omega0)});
     case Activation::Tanh:
       return run(Tanh<T>{});
     case Activation::Sigmoid:
-      return run(Sigmoid<T>{});
+      return run(Sigmoid<T, M>{});
     case Activation::SiLU:
-      return run(SiLU<T>{});
+      return run(SiLU<T, M>{});
     case Activation::Exp:
-      return run(Exp<T>{});
+      return run(Exp<T, M>{});
     case Activation::None:
       break;
   }
