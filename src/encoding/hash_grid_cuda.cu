@@ -4,11 +4,15 @@
 //
 // Note [hash-grid launch]
 // -----------------------
-// The grid is (point blocks, levels) with the level in blockIdx.y, so the blocks that run at the
-// same time mostly share one level: that level's table (at most 2^T rows, 4 MiB at the default
-// 2^19 × 2 float32) stays in L2 while its points gather from it, which is what bounds the
-// random corner reads. x is read once per (point, level) through its strides; each thread writes
-// its point's F features of its level (one F-wide segment of the output row).
+// The grid is (point blocks, level groups) with the group in blockIdx.y, so the blocks that run at
+// the same time mostly share a few levels: their tables (at most 2^T rows each, 4 MiB at the
+// default 2^19 × 2 float32) stay in L2 while the points gather from them, which is what bounds
+// the random corner reads. A thread walks G consecutive levels of its point, G such that the
+// G·F features it writes fill a 32-byte sector (G = 4 at F = 2 in float32): with one level a
+// thread, each thread wrote 8 of a sector's 32 bytes and the other three levels' blocks wrote
+// the rest much later. The segment is stored as 16-byte vectors when the output rows allow it;
+// x is read once per (point, group), grad_out as one segment, and grad_x gets one atomic add per
+// (point, group) and dimension.
 //
 // The backward and double backward are the same walk: the params gradient and, summed over the
 // levels, the x-gradient are atomic adds into zero-filled buffers (float16 params: a float32
@@ -107,57 +111,116 @@ __device__ __forceinline__ void atomic_add_row(T* dst, const T (&v)[F], bool vec
 
 /// Launch-time facts about the memory the kernels touch (Note [hash-grid launch]).
 struct Access {
-  bool params_packed = false;   ///< params rows loadable as one vector
-  bool seed_packed = false;     ///< likewise grad_grad_params
-  bool vector_atomics = false;  ///< the params-gradient buffer is 16-byte aligned
+  bool params_packed = false;     ///< params rows loadable as one vector
+  bool seed_packed = false;       ///< likewise grad_grad_params
+  bool vector_atomics = false;    ///< the params-gradient buffer is 16-byte aligned
+  bool out_vectors = false;       ///< output rows (out, grad_grad_out) allow 16-byte segment stores
+  bool grad_out_vectors = false;  ///< likewise for loads of grad_out segments
 };
 
-/// This thread's point and level; false past the batch.
-struct Work {
-  int64_t b;
-  int l;
-};
-__device__ __forceinline__ Work work_item() {
-  return {static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x, static_cast<int>(blockIdx.y)};
+/// Levels a thread walks (Note [hash-grid launch]): its G·F features fill a 32-byte sector.
+template <class T, int F>
+__host__ __device__ constexpr int levels_per_thread() {
+  return sizeof(T) * F >= 32 ? 1 : static_cast<int>(32 / (sizeof(T) * F));
 }
 
+/// A thread's G·F outputs of one point, 16-byte aligned for vector stores and loads.
+template <class T, int N>
+struct alignas(16) Segment {
+  static_assert(N * sizeof(T) % 16 == 0, "a segment is whole 16-byte vectors");
+  T v[N];
+};
+
+/// This thread's point, first level and level count.
+struct Work {
+  int64_t b;
+  int l0, levels;
+};
+template <int G>
+__device__ __forceinline__ Work work_item(const Problem& pb) {
+  const int l0 = static_cast<int>(blockIdx.y) * G;
+  return {static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x, l0, min(G, pb.levels - l0)};
+}
+
+/// The point's coordinates; false if any is NaN (its gathers are skipped).
 template <class T, int D>
-__device__ __forceinline__ bool point_axes(const Problem& pb, int64_t b, const LevelInfo& level,
-                                           Axis<T> (&axes)[D]) {
+__device__ __forceinline__ bool point_coords(const Problem& pb, int64_t b, T (&x)[D]) {
   bool finite = true;
 #pragma unroll
   for (int i = 0; i < D; ++i) {
-    const T xi = load<T, T>(pb.x, b, i);
-    finite = finite && xi == xi;
-    axes[i] = make_axis<T>(xi, static_cast<T>(level.scale), pb.smoothstep);
+    x[i] = load<T, T>(pb.x, b, i);
+    finite = finite && x[i] == x[i];
   }
   return finite;
+}
+
+template <class T, int D>
+__device__ __forceinline__ void level_axes(const Problem& pb, const LevelInfo& level,
+                                           const T (&x)[D], Axis<T> (&axes)[D]) {
+#pragma unroll
+  for (int i = 0; i < D; ++i)
+    axes[i] = make_axis<T>(x[i], static_cast<T>(level.scale), pb.smoothstep);
+}
+
+/// Writes the first `levels` of a thread's G level segments (F values each) at dst: whole
+/// 16-byte vectors when all G are there and `vectors`, else element by element.
+template <class T, int G, int F>
+__device__ __forceinline__ void store_segment(T* dst, const Segment<T, G * F>& seg, int levels,
+                                              bool vectors) {
+  if (vectors && levels == G) {
+    *reinterpret_cast<Segment<T, G * F>*>(dst) = seg;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < G * F; ++e) {
+    if (e < levels * F) dst[e] = seg.v[e];
+  }
+}
+
+/// Reads a thread's grad_out segment (the first `levels` levels; the rest 0).
+template <class T, int G, int F>
+__device__ __forceinline__ void load_segment(const MatrixView& m, int64_t b, int l0, int levels,
+                                             bool vectors, Segment<T, G * F>& seg) {
+  if (vectors && levels == G) {
+    seg = *reinterpret_cast<const Segment<T, G * F>*>(static_cast<const T*>(m.data) +
+                                                      b * m.stride_row + l0 * F);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < G * F; ++e) seg.v[e] = e < levels * F ? load<T, T>(m, b, l0 * F + e) : T(0);
 }
 
 template <class T, class S, int D, int F>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const __grid_constant__ Problem pb, Access access, T* __restrict__ out) {
-  const Work w = work_item();
+  constexpr int G = levels_per_thread<T, F>();
+  const Work w = work_item<G>(pb);
   if (w.b >= pb.batch) return;
-  const LevelInfo& level = pb.level[w.l];
-  T* y = out + w.b * pb.out_cols() + w.l * F;
-  Axis<T> axes[D];
-  if (!point_axes<T, D>(pb, w.b, level, axes)) {
+  T x[D];
+  const bool finite = point_coords<T, D>(pb, w.b, x);
+  Segment<T, G * F> y;
 #pragma unroll
-    for (int f = 0; f < F; ++f) y[f] = quiet_nan<T>();
-    return;
+  for (int g = 0; g < G; ++g) {
+    T acc[F];
+#pragma unroll
+    for (int f = 0; f < F; ++f) acc[f] = finite ? T(0) : quiet_nan<T>();
+    if (finite && g < w.levels) {
+      const LevelInfo& level = pb.level[w.l0 + g];
+      Axis<T> axes[D];
+      level_axes<T, D>(pb, level, x, axes);
+#pragma unroll
+      for (int c = 0; c < (1 << D); ++c) {
+        const Corner<T, D> k = corner<Order::kValue, T, D>(axes, c, level);
+        T p[F];
+        load_row<T, S, F>(pb.params, level.offset + k.row, access.params_packed, p);
+#pragma unroll
+        for (int f = 0; f < F; ++f) acc[f] += k.w * p[f];
+      }
+    }
+#pragma unroll
+    for (int f = 0; f < F; ++f) y.v[g * F + f] = acc[f];
   }
-  T acc[F] = {};
-#pragma unroll
-  for (int c = 0; c < (1 << D); ++c) {
-    const Corner<T, D> k = corner<Order::kValue, T, D>(axes, c, level);
-    T p[F];
-    load_row<T, S, F>(pb.params, level.offset + k.row, access.params_packed, p);
-#pragma unroll
-    for (int f = 0; f < F; ++f) acc[f] += k.w * p[f];
-  }
-#pragma unroll
-  for (int f = 0; f < F; ++f) y[f] = acc[f];
+  store_segment<T, G, F>(out + w.b * pb.out_cols() + w.l0 * F, y, w.levels, access.out_vectors);
 }
 
 /// `grad_params` is T (params of the compute type) or the float32 accumulator (float16 params).
@@ -165,39 +228,45 @@ template <class T, class S, int D, int F>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const __grid_constant__ Problem pb, Access access, MatrixView grad_out,
                     T* __restrict__ grad_x, T* __restrict__ grad_params) {
-  const Work w = work_item();
+  constexpr int G = levels_per_thread<T, F>();
+  const Work w = work_item<G>(pb);
   if (w.b >= pb.batch) return;
-  const LevelInfo& level = pb.level[w.l];
-  Axis<T> axes[D];
-  if (!point_axes<T, D>(pb, w.b, level, axes)) {
+  T x[D];
+  if (!point_coords<T, D>(pb, w.b, x)) {
     if (grad_x != nullptr) {
 #pragma unroll
       for (int i = 0; i < D; ++i) atomicAdd(grad_x + w.b * D + i, quiet_nan<T>());
     }
     return;  // NaN points add nothing to the params gradient
   }
-  T g[F];
-#pragma unroll
-  for (int f = 0; f < F; ++f) g[f] = load<T, T>(grad_out, w.b, w.l * F + f);
+  Segment<T, G * F> g;
+  load_segment<T, G, F>(grad_out, w.b, w.l0, w.levels, access.grad_out_vectors, g);
   T gx[D] = {};
 #pragma unroll
-  for (int c = 0; c < (1 << D); ++c) {
-    const Corner<T, D> k = corner<Order::kGradient, T, D>(axes, c, level);
-    const int64_t row = level.offset + k.row;
-    if (grad_params != nullptr) {
-      T add[F];
+  for (int l = 0; l < G; ++l) {
+    if (l >= w.levels) break;
+    const LevelInfo& level = pb.level[w.l0 + l];
+    Axis<T> axes[D];
+    level_axes<T, D>(pb, level, x, axes);
 #pragma unroll
-      for (int f = 0; f < F; ++f) add[f] = k.w * g[f];
-      atomic_add_row<T, F>(grad_params + row * F, add, access.vector_atomics);
-    }
-    if (grad_x != nullptr) {
-      T p[F];
-      load_row<T, S, F>(pb.params, row, access.params_packed, p);
-      T dot = T(0);
+    for (int c = 0; c < (1 << D); ++c) {
+      const Corner<T, D> k = corner<Order::kGradient, T, D>(axes, c, level);
+      const int64_t row = level.offset + k.row;
+      if (grad_params != nullptr) {
+        T add[F];
 #pragma unroll
-      for (int f = 0; f < F; ++f) dot += p[f] * g[f];
+        for (int f = 0; f < F; ++f) add[f] = k.w * g.v[l * F + f];
+        atomic_add_row<T, F>(grad_params + row * F, add, access.vector_atomics);
+      }
+      if (grad_x != nullptr) {
+        T p[F];
+        load_row<T, S, F>(pb.params, row, access.params_packed, p);
+        T dot = T(0);
 #pragma unroll
-      for (int i = 0; i < D; ++i) gx[i] += k.dw[i] * dot;
+        for (int f = 0; f < F; ++f) dot += p[f] * g.v[l * F + f];
+#pragma unroll
+        for (int i = 0; i < D; ++i) gx[i] += k.dw[i] * dot;
+      }
     }
   }
   if (grad_x != nullptr) {
@@ -212,16 +281,18 @@ __global__ void __launch_bounds__(kThreads)
                            MatrixView grad_grad_x, MatrixView grad_grad_params,
                            T* __restrict__ grad_grad_out, T* __restrict__ grad_x,
                            T* __restrict__ grad_params) {
-  const Work w = work_item();
+  constexpr int G = levels_per_thread<T, F>();
+  const Work w = work_item<G>(pb);
   if (w.b >= pb.batch) return;
-  const LevelInfo& level = pb.level[w.l];
-  T* y = grad_grad_out != nullptr ? grad_grad_out + w.b * pb.out_cols() + w.l * F : nullptr;
-  Axis<T> axes[D];
-  if (!point_axes<T, D>(pb, w.b, level, axes)) {
+  T* y = grad_grad_out != nullptr ? grad_grad_out + w.b * pb.out_cols() + w.l0 * F : nullptr;
+  T x[D];
+  if (!point_coords<T, D>(pb, w.b, x)) {
     const T nan = quiet_nan<T>();
     if (y != nullptr) {
+      Segment<T, G * F> seg;
 #pragma unroll
-      for (int f = 0; f < F; ++f) y[f] = nan;
+      for (int e = 0; e < G * F; ++e) seg.v[e] = nan;
+      store_segment<T, G, F>(y, seg, w.levels, access.out_vectors);
     }
     if (grad_x != nullptr) {
 #pragma unroll
@@ -231,44 +302,53 @@ __global__ void __launch_bounds__(kThreads)
   }
   const bool has_v = grad_grad_x.data != nullptr;
   const bool has_u = grad_grad_params.data != nullptr;
-  T v[D], g[F], acc[F] = {}, gx[D] = {};
+  T v[D], gx[D] = {};
 #pragma unroll
   for (int i = 0; i < D; ++i) v[i] = has_v ? load<T, T>(grad_grad_x, w.b, i) : T(0);
+  Segment<T, G * F> g, out;
+  load_segment<T, G, F>(grad_out, w.b, w.l0, w.levels, access.grad_out_vectors, g);
 #pragma unroll
-  for (int f = 0; f < F; ++f) g[f] = load<T, T>(grad_out, w.b, w.l * F + f);
+  for (int l = 0; l < G; ++l) {
+    T acc[F] = {};
+    if (l < w.levels) {
+      const LevelInfo& level = pb.level[w.l0 + l];
+      Axis<T> axes[D];
+      level_axes<T, D>(pb, level, x, axes);
 #pragma unroll
-  for (int c = 0; c < (1 << D); ++c) {
-    const Corner<T, D> k = corner<Order::kHessian, T, D>(axes, c, level);
-    const int64_t row = level.offset + k.row;
-    T vdw = T(0);  // Σ_i v_i ∂_i W
+      for (int c = 0; c < (1 << D); ++c) {
+        const Corner<T, D> k = corner<Order::kHessian, T, D>(axes, c, level);
+        const int64_t row = level.offset + k.row;
+        T vdw = T(0);  // Σ_i v_i ∂_i W
 #pragma unroll
-    for (int i = 0; i < D; ++i) vdw += v[i] * k.dw[i];
-    T p[F], u[F] = {}, add[F];
-    load_row<T, S, F>(pb.params, row, access.params_packed, p);
-    if (has_u) load_row<T, S, F>(grad_grad_params, row, access.seed_packed, u);
-    T g_u = T(0), g_p = T(0);  // Σ_f g_f u[row, f], Σ_f g_f params[row, f]
+        for (int i = 0; i < D; ++i) vdw += v[i] * k.dw[i];
+        T p[F], u[F] = {}, add[F];
+        load_row<T, S, F>(pb.params, row, access.params_packed, p);
+        if (has_u) load_row<T, S, F>(grad_grad_params, row, access.seed_packed, u);
+        T g_u = T(0), g_p = T(0);  // Σ_f g_f u[row, f], Σ_f g_f params[row, f]
 #pragma unroll
-    for (int f = 0; f < F; ++f) {
-      acc[f] += k.w * u[f] + vdw * p[f];
-      g_u += g[f] * u[f];
-      g_p += g[f] * p[f];
-      add[f] = vdw * g[f];
+        for (int f = 0; f < F; ++f) {
+          const T gf = g.v[l * F + f];
+          acc[f] += k.w * u[f] + vdw * p[f];
+          g_u += gf * u[f];
+          g_p += gf * p[f];
+          add[f] = vdw * gf;
+        }
+        if (grad_params != nullptr && has_v) {
+          atomic_add_row<T, F>(grad_params + row * F, add, access.vector_atomics);
+        }
+#pragma unroll
+        for (int j = 0; j < D; ++j) {
+          T vh = T(0);  // Σ_i v_i ∂_j ∂_i W
+#pragma unroll
+          for (int i = 0; i < D; ++i) vh += v[i] * k.hw[j][i];
+          gx[j] += k.dw[j] * g_u + vh * g_p;
+        }
+      }
     }
-    if (grad_params != nullptr && has_v) {
-      atomic_add_row<T, F>(grad_params + row * F, add, access.vector_atomics);
-    }
 #pragma unroll
-    for (int j = 0; j < D; ++j) {
-      T vh = T(0);  // Σ_i v_i ∂_j ∂_i W
-#pragma unroll
-      for (int i = 0; i < D; ++i) vh += v[i] * k.hw[j][i];
-      gx[j] += k.dw[j] * g_u + vh * g_p;
-    }
+    for (int f = 0; f < F; ++f) out.v[l * F + f] = acc[f];
   }
-  if (y != nullptr) {
-#pragma unroll
-    for (int f = 0; f < F; ++f) y[f] = acc[f];
-  }
+  if (y != nullptr) store_segment<T, G, F>(y, out, w.levels, access.out_vectors);
   if (grad_x != nullptr) {
 #pragma unroll
     for (int i = 0; i < D; ++i) atomicAdd(grad_x + w.b * D + i, gx[i]);
@@ -315,18 +395,31 @@ bool packed_rows(const MatrixView& m) {
          address % row_alignment<S, F>() == 0;
 }
 
-template <class S, int F>
-Access access_of(const Problem& pb, const MatrixView& seed, const void* grad_params) {
+/// Whether every thread's output segment of a contiguous [B, L·F] matrix of T at `data` (rows
+/// `row_stride` apart) starts on a 16-byte boundary.
+template <class T>
+bool segment_vectors(const void* data, int64_t row_stride) {
+  return data != nullptr && reinterpret_cast<std::uintptr_t>(data) % 16 == 0 &&
+         row_stride * sizeof(T) % 16 == 0;
+}
+
+template <class T, class S, int F>
+Access access_of(const Problem& pb, const MatrixView& seed, const void* grad_params,
+                 const void* out = nullptr, const MatrixView& grad_out = {}) {
   Access a;
   a.params_packed = packed_rows<S, F>(pb.params);
   a.seed_packed = packed_rows<S, F>(seed);
   a.vector_atomics = reinterpret_cast<std::uintptr_t>(grad_params) % 16 == 0;
+  a.out_vectors = segment_vectors<T>(out, pb.out_cols());
+  a.grad_out_vectors =
+      grad_out.stride_col == 1 && segment_vectors<T>(grad_out.data, grad_out.stride_row);
   return a;
 }
 
+template <class T, int F>
 dim3 grid_of(const Problem& pb) {
   return dim3(static_cast<unsigned>(cuda::ceil_div(pb.batch, kThreads)),
-              static_cast<unsigned>(pb.levels));
+              static_cast<unsigned>(cuda::ceil_div(pb.levels, levels_per_thread<T, F>())));
 }
 
 void check_batch(const Problem& pb) {
@@ -380,8 +473,8 @@ void forward_cuda(const Problem& pb, void* out, Stream stream_handle) {
     using T = typename decltype(t_tag)::type;
     using S = typename decltype(s_tag)::type;
     constexpr int F = decltype(features)::value;
-    forward_kernel<T, S, decltype(dims)::value, F><<<grid_of(pb), kThreads, 0, stream>>>(
-        pb, access_of<S, F>(pb, {}, nullptr), static_cast<T*>(out));
+    forward_kernel<T, S, decltype(dims)::value, F><<<grid_of<T, F>(pb), kThreads, 0, stream>>>(
+        pb, access_of<T, S, F>(pb, {}, nullptr, out), static_cast<T*>(out));
     cuda::check_launch(pb.op, "forward_kernel", stream);
   });
 }
@@ -418,8 +511,9 @@ void backward_cuda(const GradArgs& a) {
     using S = typename decltype(s_tag)::type;
     if (grad_x == nullptr && grad_params == nullptr) return;
     constexpr int F = decltype(features)::value;
-    backward_kernel<T, S, decltype(dims)::value, F><<<grid_of(pb), kThreads, 0, stream>>>(
-        pb, access_of<S, F>(pb, {}, grad_params), a.grad_out, grad_x, grad_params);
+    backward_kernel<T, S, decltype(dims)::value, F><<<grid_of<T, F>(pb), kThreads, 0, stream>>>(
+        pb, access_of<T, S, F>(pb, {}, grad_params, nullptr, a.grad_out), a.grad_out, grad_x,
+        grad_params);
     cuda::check_launch(pb.op, "backward_kernel", stream);
   });
 }
@@ -431,9 +525,12 @@ void double_backward_cuda(const GradArgs& a) {
     using T = typename decltype(t_tag)::type;
     using S = typename decltype(s_tag)::type;
     constexpr int F = decltype(features)::value;
-    double_backward_kernel<T, S, decltype(dims)::value, F><<<grid_of(pb), kThreads, 0, stream>>>(
-        pb, access_of<S, F>(pb, a.grad_grad_params, grad_params), a.grad_out, a.grad_grad_x,
-        a.grad_grad_params, static_cast<T*>(a.grad_grad_out), grad_x, grad_params);
+    double_backward_kernel<T, S, decltype(dims)::value, F>
+        <<<grid_of<T, F>(pb), kThreads, 0, stream>>>(
+            pb,
+            access_of<T, S, F>(pb, a.grad_grad_params, grad_params, a.grad_grad_out, a.grad_out),
+            a.grad_out, a.grad_grad_x, a.grad_grad_params, static_cast<T*>(a.grad_grad_out), grad_x,
+            grad_params);
     cuda::check_launch(pb.op, "double_backward_kernel", stream);
   });
 }
