@@ -4,8 +4,9 @@
 fieldfuse.mlp 32 → W×4 → 16 ReLU at B = 2^18 against nn.Sequential under torch.autocast, both in
 this process: CUDA events, median of 100 calls after 10 warm-up calls, inputs rotated over four
 tensors; "graph" is a CUDA graph of 20 calls replayed, per call. Then the forward + backward
-(autograd, to x, weights and biases) at W <= 128, both eager and graphed. CUDA only; prints one
-line per case.
+(autograd, to x, weights and biases) at W <= 128, and the Eikonal step of the SDF 3 → 64×4 → 1
+(Softplus β = 100, bench_mlp.py's loss), both eager and graphed. CUDA only; prints one line per
+case.
 
     python3 bench/mlp_forward_probe.py
 """
@@ -114,6 +115,38 @@ def forward_backward(width: int, compute: torch.dtype, device: torch.device) -> 
             f"{graphed_ms(eager):.4f})")
 
 
+def eikonal(compute: torch.dtype, device: torch.device) -> str:
+    """Forward, input gradient with create_graph, Eikonal + surface loss, backward to every
+    parameter: fieldfuse against nn.Sequential (Softplus) under torch.autocast."""
+    sizes = [3, 64, 64, 64, 64, 1]
+    layers = [torch.nn.Linear(a, b).to(device) for a, b in zip(sizes[:-1], sizes[1:])]
+    modules = []
+    for layer in layers:
+        modules += [layer, torch.nn.Softplus(beta=100.0)]
+    sequential = torch.nn.Sequential(*modules[:-1])
+    weights = [layer.weight.detach().clone().requires_grad_() for layer in layers]
+    biases = [layer.bias.detach().clone().requires_grad_() for layer in layers]
+    points = (torch.rand(BATCH, 3, device=device) - 0.5).requires_grad_()
+
+    def step(y):
+        (grad,) = torch.autograd.grad(y.sum(), points, create_graph=True)
+        return (grad.float().norm(dim=1) - 1).square().mean() + y.float().abs().mean()
+
+    def ours():
+        y = fieldfuse.mlp(points, weights, biases, activation="softplus", softplus_beta=100.0,
+                          compute_dtype=compute)
+        torch.autograd.grad(step(y), weights + biases)
+
+    def eager():
+        with torch.autocast("cuda", dtype=compute):
+            y = sequential(points)
+        torch.autograd.grad(step(y), list(sequential.parameters()))
+
+    return (f"eikonal {compute}: ours {median_ms(ours, 30):.4f} ms (graph "
+            f"{graphed_ms(ours):.4f}), eager {median_ms(eager, 30):.4f} (graph "
+            f"{graphed_ms(eager):.4f})")
+
+
 def main() -> None:
     torch.manual_seed(0)
     device = torch.device("cuda")
@@ -125,6 +158,8 @@ def main() -> None:
         for compute in (torch.float16, torch.bfloat16):
             if width == 64 or compute == torch.float16:
                 print(forward_backward(width, compute, device), flush=True)
+    for compute in (torch.float16, torch.bfloat16):
+        print(eikonal(compute, device), flush=True)
 
 
 if __name__ == "__main__":
