@@ -49,13 +49,15 @@ namespace fieldfuse::detail::mlp::fused {
 struct FastMath {
   static __device__ FF_FORCE_INLINE float exp(float x) { return __expf(x); }
   static __device__ FF_FORCE_INLINE float div(float a, float b) { return __fdividef(a, b); }
+  /// Both forms, then a select: a branch here diverges within a warp and serialises the
+  /// elements a lane would otherwise interleave.
   static __device__ FF_FORCE_INLINE float log1p(float x) {
-    if (x >= 0.0625f || !(x > -0.0625f)) return __logf(1.0f + x);  // NaN and inf go here too
+    const float direct = __logf(1.0f + x);
     float s = 1.0f / 7.0f;  // x·(1 − x/2 + x²/3 − … + x⁶/7), Horner from the top
 #pragma unroll
     for (int n = 6; n >= 1; --n)
       s = fmaf(s, x, (n % 2 == 1 ? 1.0f : -1.0f) / static_cast<float>(n));
-    return s * x;
+    return fabsf(x) < 0.0625f ? s * x : direct;  // NaN and inf take `direct`
   }
 };
 
