@@ -40,10 +40,11 @@ namespace fieldfuse::detail::mlp::fused {
 // series to x^7 (truncation below 2^-28 relative), above it __logf(1 + x) (about 2^-18 relative at
 // 2^-4, falling as x grows), __fdividef(a, b) a relative error of 2 ulp (0 for |b| > 2^126, where
 // every quotient here is below 2^-126 anyway). On an H100, the float16 Eikonal step of
-// 3 → 64×4 → 1 Softplus at B = 2^18 went from 3.93 to 3.31 ms of kernels with it (forward 0.37 →
-// 0.31, the two backwards 1.64 → 1.39, the double backward 1.81 → 1.50 ms); the same step with
-// ReLU takes 1.72 ms, so the softplus pays for more than its libm calls (a tangent product and a
-// recomputed p_k a layer that ReLU skips, and the branches of its threshold and log1p).
+// 3 → 64×4 → 1 Softplus at B = 2^18 went from 3.93 to 3.31 ms of kernels with it, and to 2.94 ms
+// once log1p selected between its two forms instead of branching (forward 0.37 → 0.23, the two
+// backwards 1.64 → 1.21, the double backward 1.81 → 1.38 ms); the same step with ReLU takes
+// 1.73 ms: softplus also pays for the tangent product and the recomputed p_k a layer that ReLU
+// skips.
 // Precise math stays everywhere else: float32 and float64 compute, the CPU, and the warp-fused
 // and tile kernels.
 struct FastMath {
