@@ -38,7 +38,8 @@ namespace fieldfuse::detail::mlp::fused {
 // The arithmetic is the warp-fused double backward's: 16-bit a_k, t_k, δ_k, q_k, W_k and V_k in
 // every product, float32 accumulation, σ′, σ″, u_k and the elementwise sweeps in float32.
 
-/// Warps per block: the kernel holds about 200 registers a lane.
+/// Warps per block: the kernel takes 255 registers a lane (ptxas spills 40 bytes), which 8 warps
+/// fit in one SM's register file.
 constexpr int kRegisterDoubleWarps = 8;
 
 /// σ″ = 0 everywhere (the curvature term vanishes).
