@@ -143,28 +143,52 @@ __device__ FF_FORCE_INLINE float input_at(const Args& a, const float* src, int64
   return src != nullptr && row < a.batch && col < a.layers[0].in ? src[row * sr + col * sc] : 0.0f;
 }
 
+/// A[m] for the 16·M rows of a warp tile of an input-shaped matrix, from pair(tile_row, col):
+/// the 32-bit pair of columns col, col + 1 of that row; k-tiles past the first layer's in_pad are
+/// zero.
+template <class S, int M, int KT, class Pair>
+__device__ FF_FORCE_INLINE void input_fragments(const Args& a, uint32_t (&A)[M][KT][4],
+                                                const Pair& pair) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+  const int kt = a.layers[0].in_pad / 16;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int r = 16 * m + g;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      if (kk >= kt) {
+        A[m][kk][0] = A[m][kk][1] = A[m][kk][2] = A[m][kk][3] = 0u;
+        continue;
+      }
+      const int c = 16 * kk + 2 * t;
+      A[m][kk][0] = pair(r, c);
+      A[m][kk][1] = pair(r + 8, c);
+      A[m][kk][2] = pair(r, c + 8);
+      A[m][kk][3] = pair(r + 8, c + 8);
+    }
+  }
+}
+
 /// The A fragments of rows row0 .. row0 + 16M of the input-shaped matrix src (16-bit, zeros past
-/// the batch and past `in`).
+/// the batch, past `in` and in k-tiles past in_pad). A lane's elements come in column pairs
+/// (2t, 2t + 1): when the pairs are adjacent and 8-byte aligned in memory, each pair is one 8-byte
+/// load behind one row and one column test, else every element is read and tested on its own.
 template <class S, int M, int KT>
 __device__ FF_FORCE_INLINE void load_input_fragments(const Args& a, const float* src, int64_t sr,
                                                      int64_t sc, int64_t row0,
                                                      uint32_t (&A)[M][KT][4]) {
-  const int g = lane_id() >> 2, t = lane_id() & 3;
-  const int kt = a.layers[0].in_pad / 16;
-  const auto at = [&](int64_t r, int c) { return input_at(a, src, sr, sc, r, c); };
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int64_t r = row0 + 16 * m + g;
-#pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
-      if (kk >= kt) continue;
-      const int c = 16 * kk + 2 * t;
-      A[m][kk][0] = pack_pair<S>(at(r, c), at(r, c + 1));
-      A[m][kk][1] = pack_pair<S>(at(r + 8, c), at(r + 8, c + 1));
-      A[m][kk][2] = pack_pair<S>(at(r, c + 8), at(r, c + 9));
-      A[m][kk][3] = pack_pair<S>(at(r + 8, c + 8), at(r + 8, c + 9));
+  const int in = a.layers[0].in;
+  const bool pairs = src != nullptr && sc == 1 && sr % 2 == 0 && in % 2 == 0 &&
+                     reinterpret_cast<uintptr_t>(src) % 8 == 0;
+  input_fragments<S, M, KT>(a, A, [&](int tile_row, int c) {
+    const int64_t r = row0 + tile_row;
+    if (pairs) {
+      const float2 v = r < a.batch && c < in ? *reinterpret_cast<const float2*>(src + r * sr + c)
+                                             : make_float2(0.0f, 0.0f);
+      return pack_pair<S>(v.x, v.y);
     }
-  }
+    return pack_pair<S>(input_at(a, src, sr, sc, r, c), input_at(a, src, sr, sc, r, c + 1));
+  });
 }
 
 /// The same for x.
@@ -174,17 +198,57 @@ __device__ FF_FORCE_INLINE void load_input_fragments(const Args& a, int64_t row0
   load_input_fragments<S, M, KT>(a, a.x, a.x_sr, a.x_sc, row0, A);
 }
 
-/// C[m] += A[m] · W_lᵀ over the layer's padded widths (the forward product) with the weight
-/// resident in shared memory at `wsm` + l.w_sm ([out_pad, in_pad + kSkew]): its B fragments are
-/// two 32-bit loads each (ldmatrix here made the register forward twice as slow on an H100).
-/// k outermost: consecutive products go to different accumulators, so none waits on the one
-/// before it.
-template <class S, int M, int KT, int NT>
+/// An int known at compile time (std::integral_constant converts to int in host code only).
+template <int N>
+struct Constant {
+  static constexpr int value = N;
+};
+
+/// f(Constant<i>{}) for i = First, First + Step, … below Last.
+template <int First, int Last, int Step, class F>
+__device__ FF_FORCE_INLINE void static_for(const F& f) {
+  if constexpr (First < Last) {
+    f(Constant<First>{});
+    static_for<First + Step, Last, Step>(f);
+  }
+}
+
+/// d = a·b + c on one 16×8×16 tile, float32 accumulation, with c in other registers than d.
+template <class S>
+__device__ FF_FORCE_INLINE void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1, const float (&c)[4]) {
+  if constexpr (std::is_same_v<S, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+  }
+}
+
+/// The forward product over the layer's padded widths with the weight resident in shared memory
+/// at `wsm` + l.w_sm ([out_pad, in_pad + kSkew]): C[m] += A[m] · W_lᵀ, or with `bias` (a layer's
+/// row of staged float32 biases) C[m] = bias + A[m] · W_lᵀ, the bias entering as the first
+/// product's addend. B fragments are two 32-bit loads each (ldmatrix here made the register
+/// forward twice as slow on an H100). k outermost: consecutive products go to different
+/// accumulators, so none waits on the one before it. FixedKT / FixedNT (0: read from the layer)
+/// are in_pad / 16 and out_pad / 8 when the caller has checked them, so that the loops have
+/// compile-time bounds and the loads fixed offsets (Note [mlp register forward layers]).
+template <class S, int M, int KT, int NT, int FixedKT = 0, int FixedNT = 0>
 __device__ FF_FORCE_INLINE void forward_product_add(const Layer& l, const S* wsm,
                                                     const uint32_t (&A)[M][KT][4],
-                                                    float (&C)[M][NT][4]) {
+                                                    float (&C)[M][NT][4],
+                                                    const float* bias = nullptr) {
   const int g = lane_id() >> 2, t = lane_id() & 3;
-  const int kt = l.in_pad / 16, nt = l.out_pad / 8, ldw = l.in_pad + kSkew;
+  const int kt = FixedKT != 0 ? FixedKT : l.in_pad / 16;
+  const int nt = FixedNT != 0 ? FixedNT : l.out_pad / 8;
+  const int ldw = (FixedKT != 0 ? 16 * FixedKT : l.in_pad) + kSkew;
   const S* w = wsm + l.w_sm + g * ldw + 2 * t;
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
@@ -195,9 +259,38 @@ __device__ FF_FORCE_INLINE void forward_product_add(const Layer& l, const S* wsm
       const S* b = w + 8 * j * ldw + 16 * kk;
       const uint32_t b0 = *reinterpret_cast<const uint32_t*>(b);
       const uint32_t b1 = *reinterpret_cast<const uint32_t*>(b + 8);
+      if (bias != nullptr && kk == 0) {
+        const float2 v = *reinterpret_cast<const float2*>(bias + 8 * j + 2 * t);
+        const float start[4] = {v.x, v.y, v.x, v.y};
 #pragma unroll
-      for (int m = 0; m < M; ++m) mma_16816<S>(C[m][j], A[m][kk], b0, b1);
+        for (int m = 0; m < M; ++m) mma_16816<S>(C[m][j], A[m][kk], b0, b1, start);
+      } else {
+#pragma unroll
+        for (int m = 0; m < M; ++m) mma_16816<S>(C[m][j], A[m][kk], b0, b1);
+      }
     }
+  }
+}
+
+/// Stages every layer's bias as float32 [num_layers, MW] at `bsm`, zero past each layer's `out`.
+template <int MW>
+__device__ FF_FORCE_INLINE void stage_biases(const Args& a, float* bsm) {
+  for (int e = static_cast<int>(threadIdx.x); e < a.num_layers * MW;
+       e += static_cast<int>(blockDim.x)) {
+    bsm[e] = bias_of(a.layers[e / MW], e % MW);
+  }
+}
+
+/// C[m] = bias + A[m] · W_lᵀ (`bias`: the layer's row of the staged biases), with compile-time
+/// bounds when the layer is 16·KT wide in and 8·NT out (Note [mlp register forward layers]).
+template <class S, int M, int KT, int NT>
+__device__ FF_FORCE_INLINE void forward_product_from_bias(const Layer& l, const S* wsm,
+                                                          const uint32_t (&A)[M][KT][4],
+                                                          float (&C)[M][NT][4], const float* bias) {
+  if (l.in_pad == 16 * KT && l.out_pad == 8 * NT) {
+    forward_product_add<S, M, KT, NT, KT, NT>(l, wsm, A, C, bias);
+  } else {
+    forward_product_add<S, M, KT, NT>(l, wsm, A, C, bias);
   }
 }
 
@@ -265,7 +358,9 @@ __device__ FF_FORCE_INLINE void to_fragments(const float (&C)[M][NT][4], int nt,
       float y[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        y[e] = c + (e & 1) < cols ? value(C[m][j][e] + ((e & 1) ? b1 : b0)) : 0.0f;
+        // (No `+ 0` without a bias: it is not an identity for −0, so it would stay.)
+        const float p = bias != nullptr ? C[m][j][e] + ((e & 1) ? b1 : b0) : C[m][j][e];
+        y[e] = c + (e & 1) < cols ? value(p) : 0.0f;
       }
       A[m][j / 2][2 * (j % 2)] = pack_pair<S>(y[0], y[1]);
       A[m][j / 2][2 * (j % 2) + 1] = pack_pair<S>(y[2], y[3]);

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "mlp/mlp_cuda_fragments.cuh"
+#include "mlp/mlp_cuda_staged_rows.cuh"
 #include "mlp/mlp_math.h"
 
 namespace fieldfuse::detail::mlp::fused {
@@ -40,15 +41,13 @@ namespace fieldfuse::detail::mlp::fused {
 // The arithmetic is the warp-fused forward's (x and every hidden activation rounded to 16 bits,
 // float32 accumulation over k in the same 16-wide steps, bias and σ in float32).
 // Nsight Compute on that case: 19 instructions issued per mma.sync, an instruction every 2.5 cycles
-// per scheduler with 3 warps each (no eligible warp 61 % of cycles). Starting the accumulators from
-// the biases (staged in shared memory), dropping the padding test and 8-byte input loads did not
-// change the time (0.133 ms), so they are not in; a deeper pipeline (the next tile's x in flight,
-// two tiles interleaved) is the next thing to try.
+// per scheduler with 3 warps each (no eligible warp 61 % of cycles); Note [mlp register forward
+// layers] and Note [mlp staged input rows] are what came of that.
 
-/// Warps per block: about 160 registers a lane allow 12 warps per SM, and one block of 12 shares
-/// one staged copy of the weights (119 KB at width 128, which fits only once per SM). On an H100
-/// at B = 2^18, 32 → W×4 → 16 float16: W = 64 took 0.126 ms with 4 or 12 warps a block, W = 128
-/// 0.955 ms with 4, 0.533 with 8 and 0.397 with 12.
+/// Warps per block of the register backward, and of the register forward at MW = 128: about 160
+/// registers a lane allow 12 warps per SM, and one block of 12 shares one staged copy of the
+/// weights (119 KB at width 128, which fits only once per SM). On an H100 at B = 2^18,
+/// 32 → W×4 → 16 float16: W = 128 took 0.955 ms with 4, 0.533 with 8 and 0.397 with 12.
 constexpr int kRegisterWarps = 12;
 constexpr int kRegisterMaxWidth = 128;
 
@@ -58,57 +57,157 @@ FF_HOST_DEVICE constexpr int register_row_tiles() {
   return MW <= 64 ? 2 : 1;
 }
 
+/// Warps per block of the register forward. At MW = 64 the 12-warp kernel (168 registers a lane)
+/// spilled about 1 KB with the changes of Note [mlp register forward layers] and Note [mlp staged
+/// input rows]; with 8 warps (255 registers, no spill) 32 → 64×4 → 16 at B = 2^18 in float16
+/// took 0.073 ms of kernel time on an H100 against 0.096 ms with 12 (same run, kPickTileCounts
+/// off in both).
+template <int MW>
+FF_HOST_DEVICE constexpr int register_forward_warps() {
+  return MW <= 64 ? 8 : kRegisterWarps;
+}
+
+/// Whether the register forward picks the first layer's k-tile count and the last layer's output
+/// tile count at compile time (Note [mlp register forward layers]). On an H100 at B = 2^18,
+/// 32 → W×4 → 16 float16, 12 warps, graph replay: W = 128, 0.202 ms with it against 0.279 ms
+/// without; W = 64, 0.080 against 0.097 ms. MW = 64 runs 8 warps without it (0.0764 ms), the
+/// configuration measured; 8 warps with it is untried.
+template <int MW>
+constexpr bool kPickTileCounts = MW > 64;
+
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
+// Note [mlp register forward layers]
+// Nsight Compute's instruction counts per warp tile (32 rows) of 32 → 64×4 → 16 at B = 2^18
+// showed the register forward issuing about 22 instructions per mma.sync, most of them outside
+// the products: each layer's bias was 16 global loads behind null, column and stride arithmetic
+// (about 270 instructions a layer), the loops over runtime tile counts made every output tile a
+// branch with its two B-fragment loads right before its mma.sync, and every activation tested
+// its column against `out`. So:
+// - the biases are staged once per block in shared memory ([layer, MW] float32, zero past `out`)
+//   and enter as the first product's addend (no copies into the accumulators);
+// - a hidden layer that is MW wide in and out (every hidden layer of a uniform network) runs its
+//   product with compile-time tile counts and its activation without column tests; at MW = 128
+//   (kPickTileCounts) so does a first layer of any width (its k-tile count picked from
+//   1 .. MW/16) and the last layer's product when its input is MW wide (its output tile count
+//   picked from 2, 4, … MW/8); other shapes keep the runtime bounds;
+// - the input and the output move as column pairs, one 8-byte access each when aligned.
+// With the first and last layers picked too, the executed instructions per warp tile fell from
+// about 4.6 k (19 per mma.sync) to 1.9 k. Graph replay on an H100, float16: 0.119 ms before;
+// 0.094 ms with the staged biases and compile-time hidden layers; 0.080 ms with the first and last
+// layers picked and the input rows staged (Note [mlp staged input rows]); 0.076 ms at 8 warps a
+// block without the picking (register_forward_warps, kPickTileCounts).
+
 template <class S, int MW>
-__global__ void __launch_bounds__(32 * kRegisterWarps, 1)
+__global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
     register_forward_kernel(const __grid_constant__ Args a) {
   constexpr int M = register_row_tiles<MW>();
   constexpr int KT = MW / 16, NT = MW / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   S* wsm = reinterpret_cast<S*>(smem);
+  float* bsm = reinterpret_cast<float*>(smem + a.bias_sm);
   stage_weights(a, wsm);
+  stage_biases<MW>(a, bsm);
   __syncthreads();
   const int g = lane_id() >> 2, t = lane_id() & 3;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * a.warps;
-  for (int64_t tile = static_cast<int64_t>(blockIdx.x) * a.warps + warp_id(); tile < a.tiles;
-       tile += warps) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * a.warps + warp_id();
+  // Two buffers of staged rows (Note [mlp staged input rows]), or none.
+  const int pitch = staged_pitch(a.layers[0].in_pad);
+  float* const staged =
+      a.x_stage == 0 ? nullptr
+                     : reinterpret_cast<float*>(smem + a.x_stage) + warp_id() * 2 * 16 * M * pitch;
+  if (staged != nullptr && first < a.tiles) stage_rows<16 * M>(a, first * 16 * M, staged, pitch);
+  int buffer = 0;
+  for (int64_t tile = first; tile < a.tiles; tile += warps, buffer ^= 1) {
     const int64_t row0 = tile * 16 * M;
     uint32_t A[M][KT][4];
-    load_input_fragments<S, M, KT>(a, row0, A);
-    for (int k = 0; k < a.num_layers; ++k) {
+    if (staged != nullptr) {
+      float* const next = staged + (buffer ^ 1) * 16 * M * pitch;
+      if (tile + warps < a.tiles) {
+        stage_rows<16 * M>(a, row0 + warps * 16 * M, next, pitch);
+      } else {
+        cp_async_commit();
+      }
+      cp_async_wait_all_but_one();
+      staged_fragments<S, M, KT>(a, staged + buffer * 16 * M * pitch, pitch, A);
+      __syncwarp();  // every lane has read the buffer before it is refilled
+    } else {
+      load_input_fragments<S, M, KT>(a, row0, A);
+    }
+    for (int k = 0; k + 1 < a.num_layers; ++k) {
+      // Hidden layer k: C = bias + A·W_kᵀ, then A = σ(C) in 16 bits.
       const Layer& l = a.layers[k];
+      const float* bias = bsm + k * MW;
       float C[M][NT][4];
-      forward_product<S, M, KT, NT>(l, wsm, A, C);
-      const int nt = l.out_pad / 8;
-      if (k + 1 < a.num_layers) {
+      const auto activate = [&](int nt, int cols) {
         // Padding columns stay 0 for the next product (σ(0) need not be 0).
         visit_activation<float, FastMath>(a.hidden, a.params, [&](auto act) {
           to_fragments<S>(
-              C, nt, l.out, &l, [&](float p) { return act.value(p); }, A);
+              C, nt, cols, nullptr, [&](float p) { return act.value(p); }, A);
         });
+      };
+      if constexpr (kPickTileCounts<MW>) {
+        if (l.out_pad == MW && l.out == MW) {
+          static_for<1, KT + 1, 1>([&](auto kt) {
+            if (l.in_pad == 16 * kt.value)
+              forward_product_add<S, M, KT, NT, kt.value, NT>(l, wsm, A, C, bias);
+          });
+          activate(NT, MW);
+          continue;
+        }
+      } else if (l.in_pad == MW && l.out_pad == MW && l.out == MW) {
+        forward_product_add<S, M, KT, NT, KT, NT>(l, wsm, A, C, bias);
+        activate(NT, MW);
         continue;
       }
-      visit_activation<float, FastMath>(a.output, a.params, [&](auto act) {
+      forward_product_add<S, M, KT, NT>(l, wsm, A, C, bias);
+      activate(l.out_pad / 8, l.out);
+    }
+    const int last = a.num_layers - 1;
+    const Layer& l = a.layers[last];
+    float C[M][NT][4];
+    const auto last_product = [&](auto nt) {
+      forward_product_add<S, M, KT, NT, KT, decltype(nt)::value>(l, wsm, A, C, bsm + last * MW);
+    };
+    if constexpr (kPickTileCounts<MW>) {
+      if (l.in_pad == MW) {
+        static_for<2, NT + 1, 2>([&](auto nt) {
+          if (l.out_pad == 8 * nt.value) last_product(nt);
+        });
+      } else {
+        forward_product_add<S, M, KT, NT>(l, wsm, A, C, bsm + last * MW);
+      }
+    } else {
+      forward_product_from_bias<S, M, KT, NT>(l, wsm, A, C, bsm + last * MW);
+    }
+    const int nt = l.out_pad / 8;
+    // Column pairs (2t, 2t + 1) are adjacent in the output: one 8-byte store each when `out`
+    // is even and the output 8-byte aligned.
+    const bool pairs = l.out % 2 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0;
+    visit_activation<float, FastMath>(a.output, a.params, [&](auto act) {
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          if (j >= nt) continue;
-          const int c = 8 * j + 2 * t;
-          const float b0 = bias_of(l, c), b1 = bias_of(l, c + 1);
+      for (int m = 0; m < M; ++m) {
 #pragma unroll
-          for (int m = 0; m < M; ++m) {
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = row0 + 16 * m + g + 8 * h;
+          if (row >= a.batch) continue;
+          float* out = a.out + row * l.out;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int64_t row = row0 + 16 * m + g + 8 * (e >> 1);
-              const int col = c + (e & 1);
-              if (row < a.batch && col < l.out) {
-                a.out[row * l.out + col] = act.value(C[m][j][e] + ((e & 1) ? b1 : b0));
-              }
+          for (int j = 0; j < NT; ++j) {
+            const int c = 8 * j + 2 * t;
+            if (j >= nt || c >= l.out) continue;
+            const float y0 = act.value(C[m][j][2 * h]), y1 = act.value(C[m][j][2 * h + 1]);
+            if (pairs) {
+              *reinterpret_cast<float2*>(out + c) = make_float2(y0, y1);
+            } else {
+              out[c] = y0;
+              if (c + 1 < l.out) out[c + 1] = y1;
             }
           }
         }
-      });
-    }
+      }
+    });
   }
 }
 

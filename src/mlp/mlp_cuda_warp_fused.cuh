@@ -125,6 +125,12 @@ struct Args {
   int register_width = 0;
   /// The register double backward's resident V copies (layout of the weights), or 0: none.
   int v_sm = 0;
+  /// The register forward's and backward's staged biases (byte offset; [num_layers,
+  /// register_width] float32, zero past each layer's `out`).
+  int bias_sm = 0;
+  /// The register forward's staged input rows (byte offset of warp 0's two buffers; Note [mlp
+  /// staged input rows]), or 0: x is read directly.
+  int x_stage = 0;
 };
 
 /// dst [out_pad, in_pad] (16-bit) = the float32 weight [out, in] read through its strides, zero

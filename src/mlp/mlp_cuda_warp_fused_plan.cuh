@@ -69,16 +69,28 @@ int blocks_per_sm(const Problem& p, Kernel kernel, int threads, std::size_t smem
 }
 
 /// The register forward's plan (Note [mlp register forward]): the weights resident in shared
-/// memory, blocks of kRegisterWarps warps, a warp tile of 16·M rows.
+/// memory, blocks of register_forward_warps warps, a warp tile of 16·M rows.
 template <class S, int MW>
-void register_forward_plan(const Problem& p, std::size_t weight_bytes, int sms, Plan& result) {
+void register_forward_plan(const Problem& p, std::size_t weight_bytes, int optin, int sms,
+                           Plan& result) {
   Plan plan = result;  // committed only when it works out
   Args& a = plan.args;
   a.register_width = MW;
   a.resident = 1;
-  a.warps = kRegisterWarps;
+  a.warps = register_forward_warps<MW>();
   a.tiles = (p.batch + 16 * register_row_tiles<MW>() - 1) / (16 * register_row_tiles<MW>());
-  plan.smem = std::max<std::size_t>(weight_bytes, 16);
+  a.bias_sm = static_cast<int>(align128(weight_bytes));
+  plan.smem = a.bias_sm + static_cast<std::size_t>(p.num_layers) * MW * sizeof(float);
+  // Staged input rows when they fit (Note [mlp staged input rows]).
+  const std::size_t stage_at = align128(plan.smem);
+  const std::size_t stage_bytes = static_cast<std::size_t>(a.warps) * 2 * 16 *
+                                  register_row_tiles<MW>() * staged_pitch(a.layers[0].in_pad) *
+                                  sizeof(float);
+  a.x_stage = 0;
+  if (stage_at + stage_bytes <= static_cast<std::size_t>(optin)) {
+    a.x_stage = static_cast<int>(stage_at);
+    plan.smem = stage_at + stage_bytes;
+  }
   cuda::DeviceGuard guard(p.device.index, p.op);
   const int per_sm = blocks_per_sm(p, register_forward_kernel<S, MW>, 32 * a.warps, plan.smem,
                                    "register forward kernel");
@@ -276,12 +288,14 @@ Plan make_plan(const Problem& p, Pass pass) {
   plan.total = std::max<std::size_t>(plan.partials_offset, 1);
   if constexpr (!std::is_same_v<S, float>) {
     // The 16-bit forward keeps its activations in registers where the widths allow.
+    // (Its biases follow the weights, [num_layers, MW] float32.)
+    const std::size_t bias_bytes = static_cast<std::size_t>(p.num_layers) * 4 * kRegisterMaxWidth;
     if (pass == Pass::Forward && maxw <= kRegisterMaxWidth &&
-        weight_bytes <= static_cast<std::size_t>(optin)) {
+        align128(weight_bytes) + bias_bytes <= static_cast<std::size_t>(optin)) {
       if (maxw <= 64) {
-        register_forward_plan<S, 64>(p, weight_bytes, sms, plan);
+        register_forward_plan<S, 64>(p, weight_bytes, optin, sms, plan);
       } else {
-        register_forward_plan<S, kRegisterMaxWidth>(p, weight_bytes, sms, plan);
+        register_forward_plan<S, kRegisterMaxWidth>(p, weight_bytes, optin, sms, plan);
       }
       if (plan.ok) return plan;
     }
