@@ -136,12 +136,13 @@ def test_every_order_within_16bit_error_of_float32(compute_dtype, activation):
 
 @pytest.mark.parametrize("compute_dtype", COMPUTE)
 @pytest.mark.parametrize("sizes", [[3, 16, 1], [7, 32, 5], [1, 16, 16, 1], [40, 64, 64, 64, 17],
-                                   [5, 128, 128, 3], [128, 128, 128, 16], [6, 256, 256, 9],
-                                   [33, 48, 208, 2]])
+                                   [5, 128, 128, 3], [6, 256, 256, 9], [33, 48, 208, 2],
+                                   [128, 128, 128, 16]])
 @pytest.mark.parametrize("batch", [0, 1, 129, 1000003])
 def test_widths_and_batches(compute_dtype, sizes, batch):
     # [128, 128, 128, 16]: the register forward's staged input rows do not fit next to its
-    # weights, so it reads x directly (Note [mlp staged input rows]).
+    # weights, so it reads x directly (Note [mlp staged input rows]). New cases go last: the
+    # known failures above name these cases by index.
     if batch == 1000003 and sizes[1] > 64:
         pytest.skip("the large batch runs on the narrow networks")
     weights, biases = _network(sizes)
