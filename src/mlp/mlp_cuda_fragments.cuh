@@ -281,19 +281,6 @@ __device__ FF_FORCE_INLINE void stage_biases(const Args& a, float* bsm) {
   }
 }
 
-/// C[m] = bias + A[m] · W_lᵀ (`bias`: the layer's row of the staged biases), with compile-time
-/// bounds when the layer is 16·KT wide in and 8·NT out (Note [mlp register forward layers]).
-template <class S, int M, int KT, int NT>
-__device__ FF_FORCE_INLINE void forward_product_from_bias(const Layer& l, const S* wsm,
-                                                          const uint32_t (&A)[M][KT][4],
-                                                          float (&C)[M][NT][4], const float* bias) {
-  if (l.in_pad == 16 * KT && l.out_pad == 8 * NT) {
-    forward_product_add<S, M, KT, NT, KT, NT>(l, wsm, A, C, bias);
-  } else {
-    forward_product_add<S, M, KT, NT>(l, wsm, A, C, bias);
-  }
-}
-
 /// C[m] = A[m] · W_lᵀ.
 template <class S, int M, int KT, int NT>
 __device__ FF_FORCE_INLINE void forward_product(const Layer& l, const S* wsm,

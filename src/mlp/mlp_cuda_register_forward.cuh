@@ -60,21 +60,12 @@ FF_HOST_DEVICE constexpr int register_row_tiles() {
 /// Warps per block of the register forward. At MW = 64 the 12-warp kernel (168 registers a lane)
 /// spilled about 1 KB with the changes of Note [mlp register forward layers] and Note [mlp staged
 /// input rows]; with 8 warps (255 registers, no spill) 32 → 64×4 → 16 at B = 2^18 in float16
-/// took 0.073 ms of kernel time on an H100 against 0.096 ms with 12 (same run, kPickTileCounts
-/// off in both).
+/// took 0.073 ms of kernel time on an H100 against 0.096 ms with 12 (same run, first and last
+/// layers not yet picked at compile time in either).
 template <int MW>
 FF_HOST_DEVICE constexpr int register_forward_warps() {
   return MW <= 64 ? 8 : kRegisterWarps;
 }
-
-/// Whether the register forward picks the first layer's k-tile count and the last layer's output
-/// tile count at compile time (Note [mlp register forward layers]). On an H100 at B = 2^18,
-/// 32 → W×4 → 16 float16, 12 warps, graph replay: W = 128, 0.202 ms with it against 0.279 ms
-/// without; W = 64, 0.080 against 0.097 ms. MW = 64 runs 8 warps without it (0.0764 ms), the
-/// configuration whose whole test suite has run on the GPU; 8 warps with it (no spill either)
-/// took 0.0674 ms, but that build's test run stopped early, so it is not switched on yet.
-template <int MW>
-constexpr bool kPickTileCounts = MW > 64;
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
@@ -88,16 +79,17 @@ constexpr bool kPickTileCounts = MW > 64;
 // - the biases are staged once per block in shared memory ([layer, MW] float32, zero past `out`)
 //   and enter as the first product's addend (no copies into the accumulators);
 // - a hidden layer that is MW wide in and out (every hidden layer of a uniform network) runs its
-//   product with compile-time tile counts and its activation without column tests; at MW = 128
-//   (kPickTileCounts) so does a first layer of any width (its k-tile count picked from
-//   1 .. MW/16) and the last layer's product when its input is MW wide (its output tile count
-//   picked from 2, 4, … MW/8); other shapes keep the runtime bounds;
+//   product with compile-time tile counts and its activation without column tests; so does a
+//   first layer of any width (its k-tile count picked from 1 .. MW/16) and the last layer's
+//   product when its input is MW wide (its output tile count picked from 2, 4, … MW/8); other
+//   shapes keep the runtime bounds;
 // - the input and the output move as column pairs, one 8-byte access each when aligned.
 // With the first and last layers picked too, the executed instructions per warp tile fell from
 // about 4.6 k (19 per mma.sync) to 1.9 k. Graph replay on an H100, float16: 0.119 ms before;
 // 0.094 ms with the staged biases and compile-time hidden layers; 0.080 ms with the first and last
 // layers picked and the input rows staged (Note [mlp staged input rows]); 0.076 ms at 8 warps a
-// block without the picking (register_forward_warps, kPickTileCounts).
+// block without the picking of the first and last layers (register_forward_warps); 0.067 ms at
+// 8 warps with it.
 
 template <class S, int MW>
 __global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
@@ -148,17 +140,11 @@ __global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
               C, nt, cols, nullptr, [&](float p) { return act.value(p); }, A);
         });
       };
-      if constexpr (kPickTileCounts<MW>) {
-        if (l.out_pad == MW && l.out == MW) {
-          static_for<1, KT + 1, 1>([&](auto kt) {
-            if (l.in_pad == 16 * kt.value)
-              forward_product_add<S, M, KT, NT, kt.value, NT>(l, wsm, A, C, bias);
-          });
-          activate(NT, MW);
-          continue;
-        }
-      } else if (l.in_pad == MW && l.out_pad == MW && l.out == MW) {
-        forward_product_add<S, M, KT, NT, KT, NT>(l, wsm, A, C, bias);
+      if (l.out_pad == MW && l.out == MW) {
+        static_for<1, KT + 1, 1>([&](auto kt) {
+          if (l.in_pad == 16 * kt.value)
+            forward_product_add<S, M, KT, NT, kt.value, NT>(l, wsm, A, C, bias);
+        });
         activate(NT, MW);
         continue;
       }
@@ -171,16 +157,12 @@ __global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
     const auto last_product = [&](auto nt) {
       forward_product_add<S, M, KT, NT, KT, decltype(nt)::value>(l, wsm, A, C, bsm + last * MW);
     };
-    if constexpr (kPickTileCounts<MW>) {
-      if (l.in_pad == MW) {
-        static_for<2, NT + 1, 2>([&](auto nt) {
-          if (l.out_pad == 8 * nt.value) last_product(nt);
-        });
-      } else {
-        forward_product_add<S, M, KT, NT>(l, wsm, A, C, bsm + last * MW);
-      }
+    if (l.in_pad == MW) {
+      static_for<2, NT + 1, 2>([&](auto nt) {
+        if (l.out_pad == 8 * nt.value) last_product(nt);
+      });
     } else {
-      forward_product_from_bias<S, M, KT, NT>(l, wsm, A, C, bsm + last * MW);
+      forward_product_add<S, M, KT, NT>(l, wsm, A, C, bsm + last * MW);
     }
     const int nt = l.out_pad / 8;
     // Column pairs (2t, 2t + 1) are adjacent in the output: one 8-byte store each when `out`
