@@ -101,21 +101,32 @@ __device__ FF_FORCE_INLINE void mma_16816(float (&c)[4], const uint32_t (&a)[4],
   }
 }
 
-/// Four 8×8 16-bit matrices from shared memory; `row` is this lane's row address (see above).
+/// The shared-memory address of a generic pointer into shared memory.
+__device__ FF_FORCE_INLINE uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Four 8×8 16-bit matrices from shared memory; `at` is this lane's row address (see above).
 /// volatile: the loads must stay after the barriers that publish what they read.
-__device__ FF_FORCE_INLINE void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+__device__ FF_FORCE_INLINE void ldmatrix_x4(uint32_t (&r)[4], uint32_t at) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(at));
 }
 
 /// The same, each matrix transposed.
-__device__ FF_FORCE_INLINE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
-  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+__device__ FF_FORCE_INLINE void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t at) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(at));
+}
+
+__device__ FF_FORCE_INLINE void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  ldmatrix_x4(r, smem_address(row));
+}
+
+__device__ FF_FORCE_INLINE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  ldmatrix_x4_trans(r, smem_address(row));
 }
 
 /// This lane's row address in a 16×16 block at `base` (row pitch ld) when the four matrices are
@@ -204,12 +215,59 @@ struct Constant {
   static constexpr int value = N;
 };
 
+/// An int known at run time only, with Constant's interface: code generic over the two folds its
+/// loops and tests where the count is a Constant.
+struct Runtime {
+  int value;
+};
+
+/// The compile-time value of a Constant, 0 for a Runtime.
+template <class Count>
+constexpr int kStaticValue = 0;
+template <int N>
+constexpr int kStaticValue<Constant<N>> = N;
+
+/// f(Constant<N>{}) when n == N, else f(Runtime{n}).
+template <int N, class F>
+__device__ FF_FORCE_INLINE void with_count(int n, const F& f) {
+  if (n == N) {
+    f(Constant<N>{});
+  } else {
+    f(Runtime{n});
+  }
+}
+
 /// f(Constant<i>{}) for i = First, First + Step, … below Last.
 template <int First, int Last, int Step, class F>
 __device__ FF_FORCE_INLINE void static_for(const F& f) {
   if constexpr (First < Last) {
     f(Constant<First>{});
     static_for<First + Step, Last, Step>(f);
+  }
+}
+
+/// Which tile counts of a layer product pick_tiles may pick at compile time.
+enum PickTiles : unsigned { kPickK = 1, kPickN = 2, kPickBoth = 3 };
+
+/// f(kt, nt) for a layer product of kt k-tiles (16 wide) and nt output tiles (8 wide), each a
+/// Constant where it is picked at compile time (Note [mlp register forward layers]): where every
+/// output tile is there (nt == NT), the k-tile count, picked from 1 .. KT (kPickK); else where
+/// every k-tile is (kt == KT), the output tile count, picked from 2, 4, … NT (kPickN);
+/// Constant<0> ("read from the layer") otherwise. The register forward picks the k-tiles of its
+/// hidden layers and the output tiles of its last: picking both there spilled another
+/// 0.7 KB at MW = 128.
+template <int KT, int NT, unsigned kPick, class F>
+__device__ FF_FORCE_INLINE void pick_tiles(int kt, int nt, const F& f) {
+  if ((kPick & kPickK) != 0 && nt == NT) {
+    static_for<1, KT + 1, 1>([&](auto k) {
+      if (kt == k.value) f(k, Constant<NT>{});
+    });
+  } else if ((kPick & kPickN) != 0 && kt == KT) {
+    static_for<2, NT + 1, 2>([&](auto n) {
+      if (nt == n.value) f(Constant<KT>{}, n);
+    });
+  } else {
+    f(Constant<0>{}, Constant<0>{});
   }
 }
 
@@ -281,6 +339,16 @@ __device__ FF_FORCE_INLINE void stage_biases(const Args& a, float* bsm) {
   }
 }
 
+/// C[m] = bias + A[m] · W_lᵀ with the tile counts picked (pick_tiles).
+template <class S, int M, int KT, int NT, unsigned kPick>
+__device__ FF_FORCE_INLINE void layer_product(const Layer& l, const S* wsm,
+                                              const uint32_t (&A)[M][KT][4], float (&C)[M][NT][4],
+                                              const float* bias) {
+  pick_tiles<KT, NT, kPick>(l.in_pad / 16, l.out_pad / 8, [&](auto kt, auto nt) {
+    forward_product_add<S, M, KT, NT, decltype(kt)::value, decltype(nt)::value>(l, wsm, A, C, bias);
+  });
+}
+
 /// C[m] = A[m] · W_lᵀ.
 template <class S, int M, int KT, int NT>
 __device__ FF_FORCE_INLINE void forward_product(const Layer& l, const S* wsm,
@@ -296,11 +364,14 @@ __device__ FF_FORCE_INLINE void forward_product(const Layer& l, const S* wsm,
 
 /// C += D · W_l over the layer's padded widths (the reverse sweep's product: D [16, out_pad] the
 /// layer's δ as A fragments, C [16, in_pad]), B fragments by ldmatrix.trans from the weight
-/// resident at `wsm` + l.w_sm.
-template <class S, int KT, int NT>
+/// resident at `wsm` + l.w_sm. FixedKT / FixedNT (0: read from the layer) are out_pad / 16 and
+/// in_pad / 8 when the caller has checked them, as in forward_product_add.
+template <class S, int KT, int NT, int FixedKT = 0, int FixedNT = 0>
 __device__ FF_FORCE_INLINE void reverse_product_add(const Layer& l, const S* wsm,
                                                     const uint32_t (&D)[KT][4], float (&C)[NT][4]) {
-  const int kt = l.out_pad / 16, nt = l.in_pad / 8, ldw = l.in_pad + kSkew;
+  const int kt = FixedKT != 0 ? FixedKT : l.out_pad / 16;
+  const int nt = FixedNT != 0 ? FixedNT : l.in_pad / 8;
+  const int ldw = (FixedNT != 0 ? 8 * FixedNT : l.in_pad) + kSkew;
   const S* w = rows_then_cols(wsm + l.w_sm, ldw);
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
@@ -323,6 +394,18 @@ __device__ FF_FORCE_INLINE void reverse_product(const Layer& l, const S* wsm,
 #pragma unroll
   for (int j = 0; j < NT; ++j) C[j][0] = C[j][1] = C[j][2] = C[j][3] = 0.0f;
   reverse_product_add<S, KT, NT>(l, wsm, D, C);
+}
+
+/// C = D · W_l with the tile counts picked (pick_tiles).
+template <class S, int KT, int NT>
+__device__ FF_FORCE_INLINE void reverse_layer_product(const Layer& l, const S* wsm,
+                                                      const uint32_t (&D)[KT][4],
+                                                      float (&C)[NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) C[j][0] = C[j][1] = C[j][2] = C[j][3] = 0.0f;
+  pick_tiles<KT, NT, kPickBoth>(l.out_pad / 16, l.in_pad / 8, [&](auto kt, auto nt) {
+    reverse_product_add<S, KT, NT, decltype(kt)::value, decltype(nt)::value>(l, wsm, D, C);
+  });
 }
 
 /// Accumulator tiles j (16×8, over `cols` columns) as the A fragments of the next product, which
@@ -355,6 +438,19 @@ __device__ FF_FORCE_INLINE void to_fragments(const float (&C)[M][NT][4], int nt,
   }
 }
 
+/// Accumulator tiles j < nt (a Constant or Runtime count) as A fragments, rounded to 16 bits as
+/// they stand: for values whose padding columns are 0 already.
+template <class S, int NT, int KT, class Count>
+__device__ FF_FORCE_INLINE void pack_fragments(const float (&C)[NT][4], Count nt,
+                                               uint32_t (&A)[KT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (j >= nt.value) continue;
+    A[j / 2][2 * (j % 2)] = pack_pair<S>(C[j][0], C[j][1]);
+    A[j / 2][2 * (j % 2) + 1] = pack_pair<S>(C[j][2], C[j][3]);
+  }
+}
+
 /// Writes A fragments (k-tiles below kt) as 16 rows of a row-major 16-bit matrix at `dst`.
 template <int KT>
 __device__ FF_FORCE_INLINE void store_fragments(const uint32_t (&A)[KT][4], int kt, void* dst,
@@ -379,6 +475,73 @@ __device__ FF_FORCE_INLINE void load_fragments(const S* src, int ld, int kt, uin
 #pragma unroll
   for (int kk = 0; kk < KT; ++kk) {
     if (kk < kt) ldmatrix_x4(A[kk], row + 16 * kk);
+  }
+}
+
+/// Whether column pairs (2t, 2t + 1) of a float32 matrix with these strides and `cols` columns
+/// are adjacent and 8-byte aligned, so that each moves as one 8-byte access.
+__device__ FF_FORCE_INLINE bool pairs_adjacent(const float* base, int64_t sr, int64_t sc,
+                                               int cols) {
+  return sc == 1 && sr % 2 == 0 && cols % 2 == 0 && reinterpret_cast<uintptr_t>(base) % 8 == 0;
+}
+
+/// G = the accumulator tiles of rows row0 .. row0 + 15 of the float32 matrix src [batch, cols]
+/// read through its strides (grad_out), 0 past the batch and past `cols`.
+template <int NT>
+__device__ FF_FORCE_INLINE void load_rows(const float* src, int64_t sr, int64_t sc, int64_t row0,
+                                          int64_t batch, int cols, float (&G)[NT][4]) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+  const bool pairs = pairs_adjacent(src, sr, sc, cols);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // rows g, g + 8
+    const int64_t row = row0 + g + 8 * h;
+    const float* at = src + row * sr;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int c = 8 * j + 2 * t;
+      float2 v = make_float2(0.0f, 0.0f);
+      if (row < batch && c < cols) {
+        if (pairs) {
+          v = *reinterpret_cast<const float2*>(at + c);
+        } else {
+          v.x = at[c * sc];
+          if (c + 1 < cols) v.y = at[(c + 1) * sc];
+        }
+      }
+      G[j][2 * h] = v.x;
+      G[j][2 * h + 1] = v.y;
+    }
+  }
+}
+
+/// Writes value(C[m][j][e]) into rows row0 .. row0 + 16M of the row-major float32 matrix dst
+/// [batch, cols] (row pitch ld), tiles j < nt, nothing past the batch or `cols`.
+template <int M, int NT, class Value>
+__device__ FF_FORCE_INLINE void store_rows(const float (&C)[M][NT][4], int nt, int64_t row0,
+                                           int64_t batch, int cols, float* dst, int64_t ld,
+                                           const Value& value) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+  const bool pairs = pairs_adjacent(dst, ld, 1, cols);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows g, g + 8
+      const int64_t row = row0 + 16 * m + g + 8 * h;
+      if (row >= batch) continue;
+      float* at = dst + row * ld;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int c = 8 * j + 2 * t;
+        if (j >= nt || c >= cols) continue;
+        const float y0 = value(C[m][j][2 * h]), y1 = value(C[m][j][2 * h + 1]);
+        if (pairs) {
+          *reinterpret_cast<float2*>(at + c) = make_float2(y0, y1);
+        } else {
+          at[c] = y0;
+          if (c + 1 < cols) at[c + 1] = y1;
+        }
+      }
+    }
   }
 }
 

@@ -41,24 +41,49 @@ namespace fieldfuse::detail::mlp::fused {
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
-/// db_l += the column sums of δ (tiles below nt, this warp's 16 rows) into the warp's partial
-/// `db`: rows g and g + 8 in the lane, then the 8 lanes of a column in a fixed butterfly.
-template <int NT>
-__device__ FF_FORCE_INLINE void add_column_sums(const float (&D)[NT][4], int nt, float* db) {
-  const int lane = lane_id();
+/// db += the column sums of δ over the warp's 16 rows, accumulator tiles j < nt (a Constant or a
+/// Runtime count; the tiles from nt on must be 0). Each lane adds its rows g and g + 8, then the
+/// 8 lanes of a column group (same t) reduce-scatter their column pairs: each butterfly step
+/// sends half of the pairs a lane still holds and adds the half it receives, so after three steps
+/// lane (g, t) holds one pair's whole sum (where the tiles are fewer than 8, the last steps sum
+/// the one pair left and one lane of each group writes). That is 14 shuffles for 8 tiles; a
+/// separate all-reduce per tile took 48.
+template <int NT, class Count>
+__device__ FF_FORCE_INLINE void add_column_sums(const float (&D)[NT][4], Count nt, float* db) {
+  constexpr int kKnown = kStaticValue<Count>;
+  constexpr int kTiles = kKnown != 0 ? kKnown : NT;
+  constexpr int kPairs = kTiles <= 2 ? 2 : kTiles <= 4 ? 4 : 8;  // a power of two
+  constexpr int kSplits = kPairs == 2 ? 1 : kPairs == 4 ? 2 : 3;
+  static_assert(NT <= 8 && kPairs <= NT, "one pair per lane of a column group at most");
+  const int lane = lane_id(), g = lane >> 2, t = lane & 3;
+  float2 v[kPairs];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    if (j >= nt) continue;
-    float s0 = D[j][0] + D[j][2], s1 = D[j][1] + D[j][3];
+  for (int j = 0; j < kPairs; ++j) {
+    v[j] = j < kTiles ? make_float2(D[j][0] + D[j][2], D[j][1] + D[j][3]) : make_float2(0.0f, 0.0f);
+  }
+  static_for<0, 3, 1>([&](auto step) {
+    constexpr int mask = 16 >> step.value;            // lane bits 4, 3, 2: g's bits 2, 1, 0
+    constexpr int held = kPairs >> (step.value + 1);  // pairs kept after this step
+    const bool upper = (lane & mask) != 0;
+    if constexpr (held >= 1) {
 #pragma unroll
-    for (int mask = 4; mask < 32; mask *= 2) {
-      s0 += __shfl_xor_sync(0xffffffffu, s0, mask);
-      s1 += __shfl_xor_sync(0xffffffffu, s1, mask);
+      for (int i = 0; i < held; ++i) {
+        const float2 send = upper ? v[i] : v[i + held];
+        const float2 keep = upper ? v[i + held] : v[i];
+        v[i].x = keep.x + __shfl_xor_sync(0xffffffffu, send.x, mask);
+        v[i].y = keep.y + __shfl_xor_sync(0xffffffffu, send.y, mask);
+      }
+    } else {
+      v[0].x += __shfl_xor_sync(0xffffffffu, v[0].x, mask);
+      v[0].y += __shfl_xor_sync(0xffffffffu, v[0].y, mask);
     }
-    if (lane < 4) {
-      db[8 * j + 2 * lane] += s0;
-      db[8 * j + 2 * lane + 1] += s1;
-    }
+  });
+  // The kept half was the upper one where the lane bit was set: the pair index is g's top bits.
+  const int j = g >> (3 - kSplits);
+  if ((g & ((1 << (3 - kSplits)) - 1)) == 0 && j < nt.value) {
+    float2* at = reinterpret_cast<float2*>(db + 8 * j + 2 * t);
+    const float2 old = *at;
+    *at = make_float2(old.x + v[0].x, old.y + v[0].y);
   }
 }
 
@@ -73,15 +98,22 @@ struct RowProduct {
 };
 
 /// dW_l += Σ_terms δᵀ a over the block's R rows, 16×16 tiles of dW split across the warps, the
-/// sum added to the block's float32 accumulator [out_pad, in_pad + kDwSkew] at `acc`.
+/// sum added to the block's float32 accumulator [out_pad, in_pad + kDwSkew] at `acc`. The tiles
+/// go round robin from warp `first`, which moves on by the layer's tile count, so that over the
+/// layers of a sweep every warp gets its share (starting each layer at warp 0 gave warp 0 eight
+/// of the 60 tiles of 32 → 64×4 → 16 and warp 11 three).
 template <class S, int N>
 __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int rows, int warps,
+                                                           int& first,
                                                            const RowProduct<S> (&terms)[N],
                                                            float* acc) {
   const int g = lane_id() >> 2, t = lane_id() & 3;
   const int nt = l.in_pad / 16, tiles = l.out_pad / 16 * nt;
   const int ld = l.in_pad + kDwSkew;
-  for (int tile = warp_id(); tile < tiles; tile += warps) {
+  int tile = warp_id() - first;
+  if (tile < 0) tile += warps;
+  first = (first + tiles) % warps;
+  for (; tile < tiles; tile += warps) {
     const int o0 = tile / nt * 16, i0 = tile % nt * 16;
     float* at = acc + l.dw_acc + (o0 + g) * ld + i0 + 2 * t;
     // The old sums first: their latency hides behind the products.
@@ -95,12 +127,16 @@ __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int r
 #pragma unroll
     for (int q = 0; q < N; ++q) {
       const RowProduct<S>& term = terms[q];
-      const S* dl = cols_then_rows(term.left + o0, term.ld_left);
-      const S* ac = rows_then_cols(term.right + i0, term.ld_right);
-      for (int r0 = 0; r0 < rows; r0 += 16) {
+      // Shared addresses that step by 16 rows: one add per operand and step.
+      uint32_t left = smem_address(cols_then_rows(term.left + o0, term.ld_left));
+      uint32_t right = smem_address(rows_then_cols(term.right + i0, term.ld_right));
+      const uint32_t left_step = 16 * term.ld_left * sizeof(S);
+      const uint32_t right_step = 16 * term.ld_right * sizeof(S);
+#pragma unroll 4
+      for (int r0 = 0; r0 < rows; r0 += 16, left += left_step, right += right_step) {
         uint32_t af[4], bf[4];
-        ldmatrix_x4_trans(af, dl + r0 * term.ld_left);
-        ldmatrix_x4_trans(bf, ac + r0 * term.ld_right);
+        ldmatrix_x4_trans(af, left);
+        ldmatrix_x4_trans(bf, right);
         mma_16816<S>(c[0], af, bf[0], bf[1]);
         mma_16816<S>(c[1], af, bf[2], bf[3]);
       }
@@ -116,15 +152,16 @@ __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int r
 }
 
 /// For a hidden ReLU, σ′(p_k) = [a_{k+1} > 0]: calls gate(j, e, on) for this lane's elements of
-/// accumulator tiles j < nt, from the warp's 16 rows of the stored 16-bit a_{k+1} at `next`.
-template <class S, int KT, int NT, class Gate>
-__device__ FF_FORCE_INLINE void for_each_relu_gate(const S* next, int ld, int nt,
+/// accumulator tiles j < nt (a Constant or Runtime count), from the warp's 16 rows of the stored
+/// 16-bit a_{k+1} at `next`.
+template <class S, int KT, int NT, class Count, class Gate>
+__device__ FF_FORCE_INLINE void for_each_relu_gate(const S* next, int ld, Count nt,
                                                    const Gate& gate) {
   uint32_t Y[KT][4];
-  load_fragments(next, ld, nt / 2, Y);
+  load_fragments(next, ld, nt.value / 2, Y);
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    if (j >= nt) continue;
+    if (j >= nt.value) continue;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // rows g, g + 8
       const float2 y = unpack_pair<S>(Y[j / 2][2 * (j % 2) + h]);
@@ -134,32 +171,24 @@ __device__ FF_FORCE_INLINE void for_each_relu_gate(const S* next, int ld, int nt
   }
 }
 
-/// Calls fn(row, col, value) for this lane's elements of the warp's accumulator tiles (16 rows
-/// from row0, NT tiles of 8 columns).
-template <int NT, class Fn>
-__device__ FF_FORCE_INLINE void for_each_element(int64_t row0, float (&G)[NT][4], const Fn& fn) {
-  const int g = lane_id() >> 2, t = lane_id() & 3;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) fn(row0 + g + 8 * (e >> 1), 8 * j + 2 * t + (e & 1), G[j][e]);
-  }
-}
-
 /// The register backward (Note [mlp register backward]). Shared memory: the resident weights,
-/// then (byte offsets in Args) the block's activations at `acts` (layer k at element a_sm), the two
-/// δ buffers at g0 / g1 (row pitch ld_g), and each warp's db partial at warp_base + w·warp_bytes.
+/// then (byte offsets in Args) the staged biases at bias_sm ([layer, MW] float32), the block's
+/// activations at `acts` (layer k at element a_sm), the two δ buffers at g0 / g1 (row pitch ld_g),
+/// and each warp's db partial at warp_base + w·warp_bytes.
 template <class S, int MW>
 __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
     register_backward_kernel(const __grid_constant__ Args a) {
   constexpr int KT = MW / 16, NT = MW / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const S* wsm = reinterpret_cast<const S*>(smem);
+  float* bsm = reinterpret_cast<float*>(smem + a.bias_sm);
   S* acts = reinterpret_cast<S*>(smem + a.acts);
   float* db = reinterpret_cast<float*>(smem + a.warp_base + warp_id() * a.warp_bytes + a.dbs);
-  float* acc = begin_partials<S>(a, smem);
+  stage_biases<MW>(a, bsm);
+  float* acc = begin_partials<S>(a, smem);  // its barrier also publishes the biases
   const int L = a.num_layers, rows = 16 * a.warps, ldd = a.ld_g;
   const int local = 16 * warp_id();  // the warp's first row in the block's buffers
+  int first_dw_warp = 0;
   for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
     const int64_t row0 = tile * rows + local;
     // Forward: a_0 .. a_{L−1} into the activation buffer; A ends holding a_{L−1}.
@@ -171,80 +200,70 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
       store_fragments(A[0], l.in_pad / 16, acts + l.a_sm + local * ld,
                       ld * static_cast<int>(sizeof(S)));
       if (k + 1 == L) break;
-      float C[1][NT][4];
-      forward_product<S, 1, KT, NT>(l, wsm, A, C);
-      visit_activation<float, FastMath>(a.hidden, a.params, [&](auto act) {
-        to_fragments<S>(
-            C, l.out_pad / 8, l.out, &l, [&](float p) { return act.value(p); }, A);
-      });
+      hidden_layer<S, 1, MW>(a, l, wsm, bsm + k * MW, A);
     }
-    __syncwarp();       // the warp reads its own rows of a_k back with ldmatrix
-    float G[1][NT][4];  // g_k, then δ_k, over layer k's out_pad
-    for_each_element(row0, G[0], [&](int64_t row, int col, float& v) {  // grad_out, zero padded
-      v = row < a.batch && col < a.layers[L - 1].out ? a.grad_out[row * a.go_sr + col * a.go_sc]
-                                                     : 0.0f;
-    });
+    __syncwarp();    // the warp reads its own rows of a_k back with ldmatrix
+    float G[NT][4];  // g_k, then δ_k, over layer k's out_pad; 0 past it
+    load_rows(a.grad_out, a.go_sr, a.go_sc, row0, a.batch, a.layers[L - 1].out, G);
     // The layers with a dW product alternate between the δ buffers: the δ written into one after
     // the next barrier is read only before that barrier.
     int turn = 0;
     for (int k = L - 1; k >= 0; --k) {
       const Layer& l = a.layers[k];
-      const int nt = l.out_pad / 8, ld = l.in_pad + kSkew;
+      const int ld = l.in_pad + kSkew;
       const S* a_k = acts + l.a_sm;
       const Activation kind = k + 1 == L ? a.output : a.hidden;
-      if (kind == Activation::ReLU && k + 1 < L) {  // σ′(p_k) = [a_{k+1} > 0]
-        const Layer& n = a.layers[k + 1];
-        const int ldn = n.in_pad + kSkew;
-        for_each_relu_gate<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, nt,
-                                      [&](int j, int e, bool on) {
-                                        if (!on) G[0][j][e] = 0.0f;
-                                      });
-      } else if (kind != Activation::None) {  // δ = g ⊙ σ′(p_k), p_k recomputed
-        if (k + 1 < L) load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
-        float P[1][NT][4];
-        forward_product<S, 1, KT, NT>(l, wsm, A, P);
-        visit_activation<float, FastMath>(kind, a.params, [&](auto act) {
-          const int t = lane_id() & 3;
+      // The layer's output tile count, a compile-time NT for a full-width layer.
+      with_count<NT>(l.out_pad / 8, [&](auto nt) {
+        if (kind == Activation::ReLU && k + 1 < L) {  // σ′(p_k) = [a_{k+1} > 0]
+          const Layer& n = a.layers[k + 1];
+          const int ldn = n.in_pad + kSkew;
+          for_each_relu_gate<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, nt,
+                                        [&](int j, int e, bool on) {
+                                          if (!on) G[j][e] = 0.0f;
+                                        });
+        } else if (kind != Activation::None) {  // δ = g ⊙ σ′(p_k), p_k recomputed
+          if (k + 1 < L) load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
+          float P[1][NT][4];
+          layer_product<S, 1, KT, NT, kPickBoth>(l, wsm, A, P, bsm + k * MW);
+          visit_activation<float, FastMath>(kind, a.params, [&](auto act) {
 #pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            if (j >= nt) continue;
-            const float b0 = bias_of(l, 8 * j + 2 * t), b1 = bias_of(l, 8 * j + 2 * t + 1);
+            for (int j = 0; j < NT; ++j) {
+              if (j >= nt.value) continue;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) G[0][j][e] *= act.d1(P[0][j][e] + ((e & 1) ? b1 : b0));
-          }
-        });
-      }
-      // Padding columns of δ are 0 already: g is 0 there (grad_out, or the zero-padded weight
-      // columns of the layer above), and σ′ multiplies it.
-      if (l.want_db) add_column_sums(G[0], nt, db + l.db_sm);
-      uint32_t D[1][KT][4];
-      to_fragments<S>(
-          G, nt, l.out, nullptr, [](float v) { return v; }, D);
-      S* delta = reinterpret_cast<S*>(smem + (turn == 0 ? a.g0 : a.g1));
-      if (l.want_dw) {
-        store_fragments(D[0], l.out_pad / 16, delta + local * ldd,
-                        ldd * static_cast<int>(sizeof(S)));
-      }
-      if (k > 0 || a.grad_x != nullptr) {
-        float N[NT][4];
-        reverse_product<S, KT, NT>(l, wsm, D[0], N);
-        if (k == 0) {
-          for_each_element(row0, N, [&](int64_t row, int col, float& v) {
-            if (row < a.batch && col < l.in) a.grad_x[row * l.in + col] = v;
+              for (int e = 0; e < 4; ++e) G[j][e] *= act.d1(P[0][j][e]);
+            }
           });
         }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) G[0][j][e] = N[j][e];
+        // Padding columns of δ are 0 already: g is 0 there (grad_out, or the zero-padded weight
+        // columns of the layer above), and σ′ multiplies it.
+        if (l.want_db) add_column_sums(G, nt, db + l.db_sm);
+        uint32_t D[KT][4];
+        pack_fragments<S>(G, nt, D);
+        S* delta = reinterpret_cast<S*>(smem + (turn == 0 ? a.g0 : a.g1));
+        if (l.want_dw) {
+          store_fragments(D, nt.value / 2, delta + local * ldd, ldd * static_cast<int>(sizeof(S)));
         }
-      }
-      if (l.want_dw) {
-        __syncthreads();  // every warp's δ_k is in its buffer
-        const RowProduct<S> terms[1] = {{delta, ldd, a_k, ld}};
-        accumulate_weight_gradient(l, rows, a.warps, terms, acc);
-        turn ^= 1;
-      }
+        if (k > 0 || a.grad_x != nullptr) {
+          float N[1][NT][4];
+          reverse_layer_product<S, KT, NT>(l, wsm, D, N[0]);
+          if (k == 0) {
+            store_rows(N, l.in_pad / 8, row0, a.batch, l.in, a.grad_x, l.in,
+                       [](float v) { return v; });
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) G[j][e] = N[0][j][e];
+          }
+        }
+        if (l.want_dw) {
+          __syncthreads();  // every warp's δ_k is in its buffer
+          const RowProduct<S> terms[1] = {{delta, ldd, a_k, ld}};
+          accumulate_weight_gradient(l, rows, a.warps, first_dw_warp, terms, acc);
+          turn ^= 1;
+        }
+      });
     }
     __syncthreads();  // the next tile overwrites the activations other warps just read
   }

@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
   const int L = a.num_layers, rows = 16 * a.warps;
   const int local = 16 * warp_id();  // the warp's first row in the block's buffers
   const int g = lane_id() >> 2, t = lane_id() & 3;
+  int first_dw_warp = 0;
   for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
     const int64_t row0 = tile * rows + local;
     // Forward sweep: a_k, t_k into the buffers, t_L into grad_grad_out.
@@ -141,10 +142,7 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
     __syncwarp();  // the warp reads its own rows back with ldmatrix
     // Reverse sweep: G holds g_k then δ_k, R holds r_k then q_k, over layer k's out_pad.
     float G[1][NT][4], R[1][NT][4];
-    for_each_element(row0, G[0], [&](int64_t row, int col, float& v) {  // grad_out, zero padded
-      v = row < a.batch && col < a.layers[L - 1].out ? a.grad_out[row * a.go_sr + col * a.go_sc]
-                                                     : 0.0f;
-    });
+    load_rows(a.grad_out, a.go_sr, a.go_sc, row0, a.batch, a.layers[L - 1].out, G[0]);
 #pragma unroll
     for (int j = 0; j < NT; ++j) R[0][j][0] = R[0][j][1] = R[0][j][2] = R[0][j][3] = 0.0f;
     for (int k = L - 1; k >= 0; --k) {
@@ -157,7 +155,7 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
       if (kind == Activation::ReLU && !top) {  // σ′ = [a_{k+1} > 0], σ″ = 0
         const Layer& n = a.layers[k + 1];
         const int ldn = n.in_pad + kSkew;
-        for_each_relu_gate<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, nt,
+        for_each_relu_gate<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, Runtime{nt},
                                       [&](int j, int e, bool on) {
                                         if (on) return;
                                         G[0][j][e] = 0.0f;
@@ -184,31 +182,30 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
           }
         });
       }
-      if (l.want_db) add_column_sums(R[0], nt, db + l.db_sm);
+      if (l.want_db) add_column_sums(R[0], Runtime{nt}, db + l.db_sm);
       uint32_t D[1][KT][4], Q[1][KT][4];
       to_fragments<S>(
           G, nt, l.out, nullptr, [](float v) { return v; }, D);
       to_fragments<S>(
           R, nt, l.out, nullptr, [](float v) { return v; }, Q);
       if (k > 0 || a.grad_x != nullptr) {
-        float N[NT][4];
-        reverse_product<S, KT, NT>(l, wsm, Q[0], N);  // r_{k−1}
-        if (l.has_v) reverse_product_add<S, KT, NT>(l, vsm, D[0], N);
+        float N[1][NT][4];
+        reverse_product<S, KT, NT>(l, wsm, Q[0], N[0]);  // r_{k−1}
+        if (l.has_v) reverse_product_add<S, KT, NT>(l, vsm, D[0], N[0]);
         if (k == 0) {
-          for_each_element(row0, N, [&](int64_t row, int col, float& v) {
-            if (row < a.batch && col < l.in) a.grad_x[row * l.in + col] = v;
-          });
+          store_rows(N, l.in_pad / 8, row0, a.batch, l.in, a.grad_x, l.in,
+                     [](float v) { return v; });
         } else {
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) R[0][j][e] = N[j][e];
+            for (int e = 0; e < 4; ++e) R[0][j][e] = N[0][j][e];
           }
-          reverse_product<S, KT, NT>(l, wsm, D[0], N);  // g_{k−1}
+          reverse_product<S, KT, NT>(l, wsm, D[0], N[0]);  // g_{k−1}
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) G[0][j][e] = N[j][e];
+            for (int e = 0; e < 4; ++e) G[0][j][e] = N[0][j][e];
           }
         }
       }
@@ -232,7 +229,7 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
         store_fragments(Q[0], l.out_pad / 16, ql + local * ldd, ldd_bytes);
         __syncthreads();  // every warp's δ_k and q_k are in place
         const RowProduct<S> terms[2] = {{dl, ldd, t_k, ld}, {ql, ldd, a_k, ld}};
-        accumulate_weight_gradient(l, rows, a.warps, terms, acc);
+        accumulate_weight_gradient(l, rows, a.warps, first_dw_warp, terms, acc);
       }
     }
     __syncthreads();  // the next tile overwrites the buffers other warps just read

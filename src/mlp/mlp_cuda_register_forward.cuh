@@ -91,6 +91,25 @@ FF_HOST_DEVICE constexpr int register_forward_warps() {
 // block without the picking of the first and last layers (register_forward_warps); 0.067 ms at
 // 8 warps with it.
 
+/// Hidden layer l of the register sweeps on the 16·M rows in A: A = σ(bias + A · W_lᵀ), rounded to
+/// 16 bits in place (`bias`: the layer's row of the staged biases).
+template <class S, int M, int MW>
+__device__ FF_FORCE_INLINE void hidden_layer(const Args& a, const Layer& l, const S* wsm,
+                                             const float* bias, uint32_t (&A)[M][MW / 16][4]) {
+  constexpr int KT = MW / 16, NT = MW / 8;
+  float C[M][NT][4];
+  layer_product<S, M, KT, NT, kPickK>(l, wsm, A, C, bias);
+  // Padding columns stay 0 for the next product (σ(0) need not be 0).
+  visit_activation<float, FastMath>(a.hidden, a.params, [&](auto act) {
+    const auto value = [&](float p) { return act.value(p); };
+    if (l.out_pad == MW && l.out == MW) {
+      to_fragments<S>(C, NT, MW, nullptr, value, A);
+    } else {
+      to_fragments<S>(C, l.out_pad / 8, l.out, nullptr, value, A);
+    }
+  });
+}
+
 template <class S, int MW>
 __global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
     register_forward_kernel(const __grid_constant__ Args a) {
@@ -102,7 +121,6 @@ __global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
   stage_weights(a, wsm);
   stage_biases<MW>(a, bsm);
   __syncthreads();
-  const int g = lane_id() >> 2, t = lane_id() & 3;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * a.warps;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * a.warps + warp_id();
   // Two buffers of staged rows (Note [mlp staged input rows]), or none.
@@ -129,67 +147,15 @@ __global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
       load_input_fragments<S, M, KT>(a, row0, A);
     }
     for (int k = 0; k + 1 < a.num_layers; ++k) {
-      // Hidden layer k: C = bias + A·W_kᵀ, then A = σ(C) in 16 bits.
-      const Layer& l = a.layers[k];
-      const float* bias = bsm + k * MW;
-      float C[M][NT][4];
-      const auto activate = [&](int nt, int cols) {
-        // Padding columns stay 0 for the next product (σ(0) need not be 0).
-        visit_activation<float, FastMath>(a.hidden, a.params, [&](auto act) {
-          to_fragments<S>(
-              C, nt, cols, nullptr, [&](float p) { return act.value(p); }, A);
-        });
-      };
-      if (l.out_pad == MW && l.out == MW) {
-        static_for<1, KT + 1, 1>([&](auto kt) {
-          if (l.in_pad == 16 * kt.value)
-            forward_product_add<S, M, KT, NT, kt.value, NT>(l, wsm, A, C, bias);
-        });
-        activate(NT, MW);
-        continue;
-      }
-      forward_product_add<S, M, KT, NT>(l, wsm, A, C, bias);
-      activate(l.out_pad / 8, l.out);
+      hidden_layer<S, M, MW>(a, a.layers[k], wsm, bsm + k * MW, A);
     }
     const int last = a.num_layers - 1;
     const Layer& l = a.layers[last];
     float C[M][NT][4];
-    const auto last_product = [&](auto nt) {
-      forward_product_add<S, M, KT, NT, KT, decltype(nt)::value>(l, wsm, A, C, bsm + last * MW);
-    };
-    if (l.in_pad == MW) {
-      static_for<2, NT + 1, 2>([&](auto nt) {
-        if (l.out_pad == 8 * nt.value) last_product(nt);
-      });
-    } else {
-      forward_product_add<S, M, KT, NT>(l, wsm, A, C, bsm + last * MW);
-    }
-    const int nt = l.out_pad / 8;
-    // Column pairs (2t, 2t + 1) are adjacent in the output: one 8-byte store each when `out`
-    // is even and the output 8-byte aligned.
-    const bool pairs = l.out % 2 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0;
+    layer_product<S, M, KT, NT, kPickN>(l, wsm, A, C, bsm + last * MW);
     visit_activation<float, FastMath>(a.output, a.params, [&](auto act) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t row = row0 + 16 * m + g + 8 * h;
-          if (row >= a.batch) continue;
-          float* out = a.out + row * l.out;
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            const int c = 8 * j + 2 * t;
-            if (j >= nt || c >= l.out) continue;
-            const float y0 = act.value(C[m][j][2 * h]), y1 = act.value(C[m][j][2 * h + 1]);
-            if (pairs) {
-              *reinterpret_cast<float2*>(out + c) = make_float2(y0, y1);
-            } else {
-              out[c] = y0;
-              if (c + 1 < l.out) out[c + 1] = y1;
-            }
-          }
-        }
-      }
+      store_rows(C, l.out_pad / 8, row0, a.batch, l.out, a.out, l.out,
+                 [&](float p) { return act.value(p); });
     });
   }
 }

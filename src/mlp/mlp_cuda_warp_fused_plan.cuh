@@ -134,27 +134,30 @@ void finish_register_plan(const Problem& p, Kernel kernel, const char* what, int
 }
 
 /// The register backward's plan (Note [mlp register backward]): the most warps (rows per block)
-/// whose weights, activations, δ buffers and db partials fit in shared memory; the dW accumulator
-/// in the block's slot of the workspace. `act_row_elems` is Σ_k (in_pad_k + kSkew).
+/// whose weights, staged biases, activations, δ buffers and db partials fit in shared memory; the
+/// dW accumulator in the block's slot of the workspace. `act_row_elems` is Σ_k (in_pad_k + kSkew).
 template <class S, int MW>
 void register_backward_plan(const Problem& p, std::size_t weight_bytes, int64_t act_row_elems,
                             int64_t dw_len, int64_t db_len, int optin, int sms, Plan& result) {
   Plan plan = result;  // committed only when it works out
   Args& a = plan.args;
   const std::size_t db_bytes = align128(db_len * sizeof(float));
+  const std::size_t bias_bytes = align128(static_cast<std::size_t>(p.num_layers) * MW * 4);
   for (int warps = kRegisterWarps; warps >= 4; warps -= 4) {
     const int rows = 16 * warps;
     const std::size_t acts = align128(rows * act_row_elems * sizeof(S));
     const std::size_t delta = align128(static_cast<std::size_t>(rows) * (MW + kSkew) * sizeof(S));
-    const std::size_t bytes = weight_bytes + acts + 2 * delta + warps * db_bytes;
+    const std::size_t bytes = weight_bytes + bias_bytes + acts + 2 * delta + warps * db_bytes;
     if (bytes > static_cast<std::size_t>(optin)) continue;
     a.register_width = MW;
     a.warps = warps;
     a.ld_g = MW + kSkew;
-    a.acts = static_cast<int>(weight_bytes);
-    a.g0 = static_cast<int>(weight_bytes + acts);
-    a.g1 = static_cast<int>(weight_bytes + acts + delta);
-    a.warp_base = static_cast<int>(weight_bytes + acts + 2 * delta);
+    std::size_t at = weight_bytes;
+    a.bias_sm = static_cast<int>(at);
+    a.acts = static_cast<int>(at += bias_bytes);
+    a.g0 = static_cast<int>(at += acts);
+    a.g1 = static_cast<int>(at += delta);
+    a.warp_base = static_cast<int>(at += delta);
     a.warp_bytes = static_cast<int>(db_bytes);
     finish_register_plan(p, register_backward_kernel<S, MW>, "register backward kernel", dw_len,
                          db_len, sms, bytes, plan, result);
