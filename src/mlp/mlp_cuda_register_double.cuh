@@ -93,7 +93,6 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
   const int L = a.num_layers, rows = 16 * a.warps;
   const int local = 16 * warp_id();  // the warp's first row in the block's buffers
   const int g = lane_id() >> 2, t = lane_id() & 3;
-  int first_dw_warp = 0;
   for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
     const int64_t row0 = tile * rows + local;
     // Forward sweep: a_k, t_k into the buffers, t_L into grad_grad_out.
@@ -229,7 +228,7 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
         store_fragments(Q[0], l.out_pad / 16, ql + local * ldd, ldd_bytes);
         __syncthreads();  // every warp's δ_k and q_k are in place
         const RowProduct<S> terms[2] = {{dl, ldd, t_k, ld}, {ql, ldd, a_k, ld}};
-        accumulate_weight_gradient(l, rows, a.warps, first_dw_warp, terms, acc);
+        accumulate_weight_gradient(l, rows, a.warps, terms, acc);
       }
     }
     __syncthreads();  // the next tile overwrites the buffers other warps just read

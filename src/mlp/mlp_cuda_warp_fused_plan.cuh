@@ -117,6 +117,18 @@ void finish_register_plan(const Problem& p, Kernel kernel, const char* what, int
     a.layers[k].a_sm = static_cast<int>(elem);
     elem += rows * (a.layers[k].in_pad + kSkew);
   }
+  // The dW tiles go round robin over the whole reverse sweep: layer k's first to the warp after
+  // the one that took the last tile of the layer above. δ_k alternates between the two buffers
+  // over the layers with a dW product (the register backward; the double backward has its own).
+  int first = 0, buffer = 0;
+  for (int k = a.num_layers - 1; k >= 0; --k) {
+    Layer& l = a.layers[k];
+    if (!l.want_dw) continue;
+    l.dw_first = first;
+    l.delta_buffer = buffer;
+    first = (first + l.out_pad / 16 * (l.in_pad / 16)) % a.warps;
+    buffer ^= 1;
+  }
   a.tiles = (p.batch + rows - 1) / rows;
   a.dw_len = dw_len;
   a.db_len = db_len;
@@ -385,22 +397,34 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
   a.partials = reinterpret_cast<float*>(ws + plan.partials_offset);
   const bool backward = pass != Pass::Forward;
   if (a.tiles > 0) {
+    ConvertParts c;
     for (int k = 0; k < p.num_layers; ++k) {
       const LayerView& v = p.layers[k];
       const Layer& l = a.layers[k];
       const int64_t count = static_cast<int64_t>(l.out_pad) * l.in_pad;
-      const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(count, 256), 1024));
-      S* const converted = static_cast<S*>(static_cast<void*>(ws));
-      convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(
-          static_cast<const float*>(v.weight), v.weight_stride_out, v.weight_stride_in, l.out, l.in,
-          l.in_pad, count, converted + l.w_ws);
-      cuda::check_launch(p.op, "convert_weights_kernel", stream);
+      c.parts[c.num_parts++] = {static_cast<const float*>(v.weight),
+                                v.weight_stride_out,
+                                v.weight_stride_in,
+                                l.out,
+                                l.in,
+                                l.in_pad,
+                                l.w_ws,
+                                count};
+      c.total += count;
       if (!l.has_v) continue;
-      convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(
-          static_cast<const float*>(v.grad_grad_weight), v.grad_grad_weight_stride_out,
-          v.grad_grad_weight_stride_in, l.out, l.in, l.in_pad, count, converted + l.v_ws);
-      cuda::check_launch(p.op, "convert_weights_kernel(grad_grad_weight)", stream);
+      c.parts[c.num_parts++] = {static_cast<const float*>(v.grad_grad_weight),
+                                v.grad_grad_weight_stride_out,
+                                v.grad_grad_weight_stride_in,
+                                l.out,
+                                l.in,
+                                l.in_pad,
+                                l.v_ws,
+                                count};
+      c.total += count;
     }
+    const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(c.total, 256), 1024));
+    convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(c, static_cast<S*>(workspace));
+    cuda::check_launch(p.op, "convert_weights_kernel", stream);
     if (pass == Pass::DoubleBackward && a.register_width != 0) {
       if constexpr (!std::is_same_v<S, float>) {
         register_double_backward_kernel<S, 64><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
