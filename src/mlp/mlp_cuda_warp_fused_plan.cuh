@@ -12,6 +12,7 @@
 #include "core/cuda_launch.cuh"
 #include "mlp/mlp_cuda_register_backward.cuh"
 #include "mlp/mlp_cuda_register_double.cuh"
+#include "mlp/mlp_cuda_register_entries.h"
 #include "mlp/mlp_cuda_register_forward.cuh"
 #include "mlp/mlp_cuda_tile.cuh"
 #include "mlp/mlp_cuda_warp_fused.cuh"
@@ -92,7 +93,7 @@ void register_forward_plan(const Problem& p, std::size_t weight_bytes, int optin
     plan.smem = stage_at + stage_bytes;
   }
   cuda::DeviceGuard guard(p.device.index, p.op);
-  const int per_sm = blocks_per_sm(p, register_forward_kernel<S, MW>, 32 * a.warps, plan.smem,
+  const int per_sm = blocks_per_sm(p, register_forward_entry<S, MW>(), 32 * a.warps, plan.smem,
                                    "register forward kernel");
   if (per_sm < 1) return;
   plan.grid = static_cast<int>(
@@ -171,7 +172,7 @@ void register_backward_plan(const Problem& p, std::size_t weight_bytes, int64_t 
     a.g1 = static_cast<int>(at += delta);
     a.warp_base = static_cast<int>(at += delta);
     a.warp_bytes = static_cast<int>(db_bytes);
-    finish_register_plan(p, register_backward_kernel<S, MW>, "register backward kernel", dw_len,
+    finish_register_plan(p, register_backward_entry<S, MW>(), "register backward kernel", dw_len,
                          db_len, sms, bytes, plan, result);
     return;
   }
@@ -206,7 +207,7 @@ void register_double_backward_plan(const Problem& p, std::size_t weight_bytes, b
     a.warp_base = static_cast<int>(at += top);
     a.ld_g = top_ld;
     a.warp_bytes = static_cast<int>(db_bytes);
-    finish_register_plan(p, register_double_backward_kernel<S, MW>,
+    finish_register_plan(p, register_double_backward_entry<S, MW>(),
                          "register double backward kernel", dw_len, db_len, sms, bytes, plan,
                          result);
     return;
@@ -387,6 +388,13 @@ Plan make_plan(const Problem& p, Pass pass) {
 /// Converts the weights into the workspace, runs the fused kernel and (backward) sums the
 /// per-block partials into the parameter gradients. `a` is the plan's Args with the call's
 /// pointers filled in.
+/// Launches a register kernel (mlp_cuda_register_entries.h) on the plan's grid with `a`; the
+/// caller checks the launch.
+inline void launch_entry(const void* kernel, const Plan& plan, const Args& a, cudaStream_t stream) {
+  void* params[] = {const_cast<Args*>(&a)};
+  cudaLaunchKernel(kernel, dim3(plan.grid), dim3(32 * a.warps), params, plan.smem, stream);
+}
+
 template <class S>
 void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, Pass pass) {
   cuda::ProfileRange range(p.op);
@@ -427,7 +435,7 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
     cuda::check_launch(p.op, "convert_weights_kernel", stream);
     if (pass == Pass::DoubleBackward && a.register_width != 0) {
       if constexpr (!std::is_same_v<S, float>) {
-        register_double_backward_kernel<S, 64><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+        launch_entry(register_double_backward_entry<S, 64>(), plan, a, stream);
         cuda::check_launch(p.op, "register_double_backward_kernel", stream);
       }
     } else if (pass == Pass::DoubleBackward) {
@@ -435,7 +443,7 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
       cuda::check_launch(p.op, "fused double_backward_kernel", stream);
     } else if (backward && a.register_width != 0) {
       if constexpr (!std::is_same_v<S, float>) {
-        register_backward_kernel<S, 64><<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+        launch_entry(register_backward_entry<S, 64>(), plan, a, stream);
         cuda::check_launch(p.op, "register_backward_kernel", stream);
       }
     } else if (backward) {
@@ -443,9 +451,9 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
       cuda::check_launch(p.op, "fused backward_kernel", stream);
     } else if (a.register_width != 0) {
       if constexpr (!std::is_same_v<S, float>) {
-        const auto kernel = a.register_width == 64 ? register_forward_kernel<S, 64>
-                                                   : register_forward_kernel<S, kRegisterMaxWidth>;
-        kernel<<<plan.grid, 32 * a.warps, plan.smem, stream>>>(a);
+        launch_entry(a.register_width == 64 ? register_forward_entry<S, 64>()
+                                            : register_forward_entry<S, kRegisterMaxWidth>(),
+                     plan, a, stream);
         cuda::check_launch(p.op, "register_forward_kernel", stream);
       }
     } else {
