@@ -6,7 +6,8 @@ wrapper, the op registry, DLPack conversion, output and workspace allocation, th
 Each function is timed on both call paths (Note [op table] in python/fieldfuse/_registry.py):
 the eager fast path that plain calls take, and the library path (torch.library dispatch, as under
 torch.compile). The yardsticks are single PyTorch ops of the same kind: ``F.grid_sample`` forward +
-backward (the op K-Planes replaces) and ``(x * x).sum()`` forward + backward. Times are medians of
+backward (the op K-Planes replaces) and ``(x * x).sum()`` forward + backward, and for the MLP an
+``nn.Sequential`` of the same five Linear + ReLU layers. Times are medians of
 ``--reps`` calls timed one by one with ``time.perf_counter_ns``, after a warm-up.
 
 ``--points`` sets the K-Planes points and grid_sample's sample points (default 64). At 64 the CPU
@@ -60,6 +61,30 @@ def _cases(points: int) -> dict:
     grid_input = _leaf(torch.rand(1, 4, GRID, GRID, generator=g))
     grid = torch.rand(1, points, 1, 2, generator=g) * 2 - 1
     square = _leaf(torch.rand(2, GRID, GRID, GRID, generator=g))
+    # The MLP of issue 13's benchmark (32 → 64×4 → 16) on 8 rows, and its SDF network on 8 points;
+    # a hash grid of 16 levels × 2 features with a 2^10-row table. nn.Sequential with the same
+    # weights is the MLP's yardstick.
+    sizes = [32, 64, 64, 64, 64, 16]
+    linears = [torch.nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])]
+    mlp_weights = [_leaf(layer.weight.detach()) for layer in linears]
+    mlp_biases = [_leaf(layer.bias.detach()) for layer in linears]
+    mlp_x = _leaf(torch.randn(8, 32, generator=g))
+    sequential = torch.nn.Sequential(*[m for layer in linears for m in (layer, torch.nn.ReLU())][:-1])
+    sdf_sizes = [3, 64, 64, 64, 64, 1]
+    sdf_weights = [_leaf(torch.randn(b, a, generator=g) / a**0.5)
+                   for a, b in zip(sdf_sizes[:-1], sdf_sizes[1:])]
+    sdf_biases = [_leaf(torch.zeros(b)) for b in sdf_sizes[1:]]
+    sdf_x = _leaf(torch.rand(8, 3, generator=g) - 0.5)
+    grid_options = dict(n_levels=16, n_features_per_level=2, log2_hashmap_size=10)
+    grid_params = _leaf(torch.rand(fieldfuse.hash_grid_num_params(3, **grid_options), 2,
+                                   generator=g) * 1e-2)
+    grid_x = torch.rand(points, 3, generator=g)
+
+    def eikonal_step():
+        y = fieldfuse.mlp(sdf_x, sdf_weights, sdf_biases, activation="softplus",
+                          softplus_beta=100.0)
+        (grad,) = torch.autograd.grad(y.sum(), sdf_x, create_graph=True)
+        ((grad.norm(dim=1) - 1).square().mean() + y.abs().mean()).backward()
 
     def render_rgb(out):
         return out.rgb.sum()
@@ -86,6 +111,11 @@ def _cases(points: int) -> dict:
             sigmas, deltas, offsets, validate=False).sum().backward(),
         "ray_box_samples_padded": lambda: fieldfuse.ray_box_samples_padded(
             origins, directions, 0.25)[0].sum().backward(),
+        "mlp": lambda: fieldfuse.mlp(mlp_x, mlp_weights, mlp_biases).sum().backward(),
+        "mlp Eikonal step (double backward)": eikonal_step,
+        "hash_grid": lambda: fieldfuse.hash_grid(grid_x, grid_params, **grid_options
+                                                 ).sum().backward(),
+        "nn.Sequential MLP (yardstick)": lambda: sequential(mlp_x).sum().backward(),
         "F.grid_sample (yardstick)": lambda: F.grid_sample(
             grid_input, grid, align_corners=True).sum().backward(),
         "(x * x).sum() (yardstick)": lambda: (square * square).sum().backward(),
