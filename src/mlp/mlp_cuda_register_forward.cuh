@@ -34,8 +34,9 @@ namespace fieldfuse::detail::mlp::fused {
 // The products run k-tile by k-tile over all output tiles (consecutive mma.sync feed different
 // accumulators), and the activation is chosen once per layer (visit_activation), not per element:
 // with the products ordered tile by tile and a switch per element, the forward of 32 → 64×4 → 16
-// at B = 2^18 in float16 took 0.34 ms on an H100, no faster than the warp-fused kernel; now about
-// 0.118 ms (graph replay), against the issue's 0.05 ms. Its fragment code is shared with the
+// at B = 2^18 in float16 took 0.34 ms on an H100, no faster than the warp-fused kernel; with them
+// 0.118 ms (graph replay; 0.063 ms after the notes below), against the issue's 0.05 ms. Its
+// fragment code and its layer code (hidden_layer, layer_product) are shared with the
 // register backward (mlp_cuda_fragments.cuh); loading its B fragments with ldmatrix, as the
 // backward's transposed operands are, doubled its time (0.235 ms), so they stay 32-bit loads.
 // The arithmetic is the warp-fused forward's (x and every hidden activation rounded to 16 bits,
