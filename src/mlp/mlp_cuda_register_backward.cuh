@@ -66,16 +66,17 @@ namespace fieldfuse::detail::mlp::fused {
 /// Runtime count; the tiles from nt on must be 0). Each lane adds its rows g and g + 8, then the
 /// 8 lanes of a column group (same t) reduce-scatter their column pairs: each butterfly step
 /// sends half of the pairs a lane still holds and adds the half it receives, so after three steps
-/// lane (g, t) holds one pair's whole sum (where the tiles are fewer than 8, the last steps sum
-/// the one pair left and one lane of each group writes). That is 14 shuffles for 8 tiles; a
-/// separate all-reduce per tile took 48.
+/// lane (g, t) holds one pair's whole sum (where there are 2 or 4 pairs, the last steps sum the
+/// one pair left, which 4 or 2 lanes then hold alike, and the one with the lowest g writes it).
+/// That is 14 shuffles for 8 tiles; a separate all-reduce per tile took 48.
 template <int NT, class Count>
 __device__ FF_FORCE_INLINE void add_column_sums(const float (&D)[NT][4], Count nt, float* db) {
   constexpr int kKnown = kStaticValue<Count>;
   constexpr int kTiles = kKnown != 0 ? kKnown : NT;
   constexpr int kPairs = kTiles <= 2 ? 2 : kTiles <= 4 ? 4 : 8;  // a power of two
   constexpr int kSplits = kPairs == 2 ? 1 : kPairs == 4 ? 2 : 3;
-  static_assert(NT <= 8 && kPairs <= NT, "one pair per lane of a column group at most");
+  static_assert(NT <= 8 && kPairs <= NT,
+                "at most 8 tiles (one pair per lane of a column group), a power of two of them");
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
   float2 v[kPairs];
 #pragma unroll

@@ -36,8 +36,8 @@ namespace fieldfuse::detail::mlp::fused {
 // with the products ordered tile by tile and a switch per element, the forward of 32 → 64×4 → 16
 // at B = 2^18 in float16 took 0.34 ms on an H100, no faster than the warp-fused kernel; with them
 // 0.118 ms (graph replay; 0.063 ms after the notes below), against the issue's 0.05 ms. Its
-// fragment code and its layer code (hidden_layer, layer_product) are shared with the
-// register backward (mlp_cuda_fragments.cuh); loading its B fragments with ldmatrix, as the
+// fragment code (mlp_cuda_fragments.cuh) and its layer code (hidden_layer, below) are shared
+// with the register backward; loading its B fragments with ldmatrix, as the
 // backward's transposed operands are, doubled its time (0.235 ms), so they stay 32-bit loads.
 // The arithmetic is the warp-fused forward's (x and every hidden activation rounded to 16 bits,
 // float32 accumulation over k in the same 16-wide steps, bias and σ in float32).
@@ -79,18 +79,19 @@ FF_HOST_DEVICE constexpr int register_forward_warps() {
 // its column against `out`. So:
 // - the biases are staged once per block in shared memory ([layer, MW] float32, zero past `out`)
 //   and enter as the first product's addend (no copies into the accumulators);
-// - a hidden layer that is MW wide in and out (every hidden layer of a uniform network) runs its
-//   product with compile-time tile counts and its activation without column tests; so does a
-//   first layer of any width (its k-tile count picked from 1 .. MW/16) and the last layer's
-//   product when its input is MW wide (its output tile count picked from 2, 4, … MW/8); other
-//   shapes keep the runtime bounds;
+// - a hidden layer whose padded output is MW wide (every hidden layer of a uniform network, the
+//   first included) runs its product with compile-time tile counts (its k-tile count picked from
+//   1 .. MW/16), and its activation without column tests when `out` is MW as well; the last
+//   layer's product does so when its input is MW wide (its output tile count picked from 2, 4,
+//   … MW/8); other shapes keep the runtime bounds (pick_tiles);
 // - the input and the output move as column pairs, one 8-byte access each when aligned.
 // With the first and last layers picked too, the executed instructions per warp tile fell from
 // about 4.6 k (19 per mma.sync) to 1.9 k. Graph replay on an H100, float16: 0.119 ms before;
 // 0.094 ms with the staged biases and compile-time hidden layers; 0.080 ms with the first and last
 // layers picked and the input rows staged (Note [mlp staged input rows]); 0.076 ms at 8 warps a
 // block without the picking of the first and last layers (register_forward_warps); 0.067 ms at
-// 8 warps with it.
+// 8 warps with it, and 0.063 ms once the weights were converted in one launch (both measured
+// as a whole graphed call, conversion included).
 
 /// Hidden layer l of the register sweeps on the 16·M rows in A: A = σ(bias + A · W_lᵀ), rounded to
 /// 16 bits in place (`bias`: the layer's row of the staged biases).

@@ -155,7 +155,8 @@ void register_backward_plan(const Problem& p, std::size_t weight_bytes, int64_t 
   Plan plan = result;  // committed only when it works out
   Args& a = plan.args;
   const std::size_t db_bytes = align128(db_len * sizeof(float));
-  const std::size_t bias_bytes = align128(static_cast<std::size_t>(p.num_layers) * MW * 4);
+  const std::size_t bias_bytes =
+      align128(static_cast<std::size_t>(p.num_layers) * MW * sizeof(float));
   for (int warps = kRegisterWarps; warps >= 4; warps -= 4) {
     const int rows = 16 * warps;
     const std::size_t acts = align128(rows * act_row_elems * sizeof(S));
@@ -385,16 +386,16 @@ Plan make_plan(const Problem& p, Pass pass) {
   return plan;
 }
 
-/// Converts the weights into the workspace, runs the fused kernel and (backward) sums the
-/// per-block partials into the parameter gradients. `a` is the plan's Args with the call's
-/// pointers filled in.
-/// Launches a register kernel (mlp_cuda_register_entries.h) on the plan's grid with `a`; the
-/// caller checks the launch.
+/// Launches a register kernel (mlp_cuda_register_entries.h) on the plan's grid with `a`. A failed
+/// launch sets the runtime's last error, which the caller's cuda::check_launch reports.
 inline void launch_entry(const void* kernel, const Plan& plan, const Args& a, cudaStream_t stream) {
   void* params[] = {const_cast<Args*>(&a)};
   cudaLaunchKernel(kernel, dim3(plan.grid), dim3(32 * a.warps), params, plan.smem, stream);
 }
 
+/// Converts the weights into the workspace, runs the fused kernel and (backward) sums the
+/// per-block partials into the parameter gradients. `a` is the plan's Args with the call's
+/// pointers filled in.
 template <class S>
 void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, Pass pass) {
   cuda::ProfileRange range(p.op);
