@@ -410,28 +410,21 @@ __device__ FF_FORCE_INLINE void reverse_layer_product(const Layer& l, const S* w
 
 /// Accumulator tiles j (16×8, over `cols` columns) as the A fragments of the next product, which
 /// they are element for element: tiles 2kk and 2kk + 1 are k-tile kk. Each element becomes
-/// value(c + bias[col]) (bias: the layer's, read once per column, or none); columns from `cols`
-/// on become 0.
+/// value(c) (biases are in C already: the register kernels add the staged biases in the
+/// product); columns from `cols` on become 0.
 template <class S, int M, int KT, int NT, class Value>
 __device__ FF_FORCE_INLINE void to_fragments(const float (&C)[M][NT][4], int nt, int cols,
-                                             const Layer* bias, const Value& value,
-                                             uint32_t (&A)[M][KT][4]) {
+                                             const Value& value, uint32_t (&A)[M][KT][4]) {
   const int t = lane_id() & 3;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     if (j >= nt) continue;
     const int c = 8 * j + 2 * t;
-    const float b0 = bias != nullptr ? bias_of(*bias, c) : 0.0f;
-    const float b1 = bias != nullptr ? bias_of(*bias, c + 1) : 0.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float y[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        // (No `+ 0` without a bias: it is not an identity for −0, so it would stay.)
-        const float p = bias != nullptr ? C[m][j][e] + ((e & 1) ? b1 : b0) : C[m][j][e];
-        y[e] = c + (e & 1) < cols ? value(p) : 0.0f;
-      }
+      for (int e = 0; e < 4; ++e) y[e] = c + (e & 1) < cols ? value(C[m][j][e]) : 0.0f;
       A[m][j / 2][2 * (j % 2)] = pack_pair<S>(y[0], y[1]);
       A[m][j / 2][2 * (j % 2) + 1] = pack_pair<S>(y[2], y[3]);
     }

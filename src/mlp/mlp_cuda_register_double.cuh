@@ -184,9 +184,9 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
       if (l.want_db) add_column_sums(R[0], Runtime{nt}, db + l.db_sm);
       uint32_t D[1][KT][4], Q[1][KT][4];
       to_fragments<S>(
-          G, nt, l.out, nullptr, [](float v) { return v; }, D);
+          G, nt, l.out, [](float v) { return v; }, D);
       to_fragments<S>(
-          R, nt, l.out, nullptr, [](float v) { return v; }, Q);
+          R, nt, l.out, [](float v) { return v; }, Q);
       if (k > 0 || a.grad_x != nullptr) {
         float N[1][NT][4];
         reverse_product<S, KT, NT>(l, wsm, Q[0], N[0]);  // r_{k−1}

@@ -105,9 +105,9 @@ __device__ FF_FORCE_INLINE void hidden_layer(const Args& a, const Layer& l, cons
   visit_activation<float, FastMath>(a.hidden, a.params, [&](auto act) {
     const auto value = [&](float p) { return act.value(p); };
     if (l.out_pad == MW && l.out == MW) {
-      to_fragments<S>(C, NT, MW, nullptr, value, A);
+      to_fragments<S>(C, NT, MW, value, A);
     } else {
-      to_fragments<S>(C, l.out_pad / 8, l.out, nullptr, value, A);
+      to_fragments<S>(C, l.out_pad / 8, l.out, value, A);
     }
   });
 }
