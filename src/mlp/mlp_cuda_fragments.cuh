@@ -291,14 +291,16 @@ __device__ FF_FORCE_INLINE void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 /// The forward product over the layer's padded widths with the weight resident in shared memory
-/// at `wsm` + l.w_sm ([out_pad, in_pad + kSkew]): C[m] += A[m] · W_lᵀ, or with `bias` (a layer's
-/// row of staged float32 biases) C[m] = bias + A[m] · W_lᵀ, the bias entering as the first
+/// at `wsm` + l.w_sm ([out_pad, in_pad + kSkew]): C[m] += A[m] · W_lᵀ, or with kBias C[m] = bias
+/// + A[m] · W_lᵀ, `bias` a layer's staged biases (stage_biases), which enter as the first
 /// product's addend. B fragments are two 32-bit loads each (ldmatrix here made the register
-/// forward twice as slow on an H100). k outermost: consecutive products go to different
-/// accumulators, so none waits on the one before it. FixedKT / FixedNT (0: read from the layer)
-/// are in_pad / 16 and out_pad / 8 when the caller has checked them, so that the loops have
-/// compile-time bounds and the loads fixed offsets (Note [mlp register forward layers]).
-template <class S, int M, int KT, int NT, int FixedKT = 0, int FixedNT = 0>
+/// forward twice as slow on an H100, and one 64-bit load from a layout with each lane's four
+/// elements side by side 3 % slower, Note [mlp register forward]). k outermost:
+/// consecutive products go to different accumulators, so none waits on the one before it.
+/// FixedKT / FixedNT (0: read from the layer) are in_pad / 16 and out_pad / 8 when the caller has
+/// checked them, so that the loops have compile-time bounds and the loads fixed offsets (Note
+/// [mlp register forward layers]).
+template <class S, int M, int KT, int NT, int FixedKT = 0, int FixedNT = 0, bool kBias = false>
 __device__ FF_FORCE_INLINE void forward_product_add(const Layer& l, const S* wsm,
                                                     const uint32_t (&A)[M][KT][4],
                                                     float (&C)[M][NT][4],
@@ -317,7 +319,7 @@ __device__ FF_FORCE_INLINE void forward_product_add(const Layer& l, const S* wsm
       const S* b = w + 8 * j * ldw + 16 * kk;
       const uint32_t b0 = *reinterpret_cast<const uint32_t*>(b);
       const uint32_t b1 = *reinterpret_cast<const uint32_t*>(b + 8);
-      if (bias != nullptr && kk == 0) {
+      if (kBias && kk == 0) {
         const float2 v = *reinterpret_cast<const float2*>(bias + 8 * j + 2 * t);
         const float start[4] = {v.x, v.y, v.x, v.y};
 #pragma unroll
@@ -345,7 +347,8 @@ __device__ FF_FORCE_INLINE void layer_product(const Layer& l, const S* wsm,
                                               const uint32_t (&A)[M][KT][4], float (&C)[M][NT][4],
                                               const float* bias) {
   pick_tiles<KT, NT, kPick>(l.in_pad / 16, l.out_pad / 8, [&](auto kt, auto nt) {
-    forward_product_add<S, M, KT, NT, decltype(kt)::value, decltype(nt)::value>(l, wsm, A, C, bias);
+    forward_product_add<S, M, KT, NT, decltype(kt)::value, decltype(nt)::value, true>(l, wsm, A, C,
+                                                                                      bias);
   });
 }
 

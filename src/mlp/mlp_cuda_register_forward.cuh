@@ -29,13 +29,13 @@ namespace fieldfuse::detail::mlp::fused {
 // layer's A: bias, σ (float32) and the rounding to 16 bits happen in registers and no activation
 // leaves the register file. B fragments are two 32-bit loads from the weights staged in shared
 // memory (row pitch in_pad + kSkew: the 8 × 4 lanes of a load hit 32 distinct banks). A warp runs
-// M = 2 row tiles (32 rows) at once when every padded width is <= 64, so each B fragment feeds two
-// products, else M = 1 up to width kRegisterMaxWidth; wider problems keep the warp-fused forward.
+// 16 rows at a time (Note [mlp register forward shape]) up to width kRegisterMaxWidth; wider
+// problems keep the warp-fused forward.
 // The products run k-tile by k-tile over all output tiles (consecutive mma.sync feed different
 // accumulators), and the activation is chosen once per layer (visit_activation), not per element:
 // with the products ordered tile by tile and a switch per element, the forward of 32 → 64×4 → 16
 // at B = 2^18 in float16 took 0.34 ms on an H100, no faster than the warp-fused kernel; with them
-// 0.118 ms (graph replay; 0.063 ms after the notes below), against the issue's 0.05 ms. Its
+// 0.118 ms (graph replay; 0.051 ms after the notes below), against the issue's 0.05 ms. Its
 // fragment code (mlp_cuda_fragments.cuh) and its layer code (hidden_layer, below) are shared
 // with the register backward; loading its B fragments with ldmatrix, as the
 // backward's transposed operands are, doubled its time (0.235 ms), so they stay 32-bit loads.
@@ -52,21 +52,43 @@ namespace fieldfuse::detail::mlp::fused {
 constexpr int kRegisterWarps = 12;
 constexpr int kRegisterMaxWidth = 128;
 
-/// Row tiles of 16 a warp holds for padded widths up to MW.
-template <int MW>
-FF_HOST_DEVICE constexpr int register_row_tiles() {
-  return MW <= 64 ? 2 : 1;
-}
+// Note [mlp register forward shape]
+// Until the twelfth session a warp of the width-64 forward held two row tiles (32 rows: each B
+// fragment fed two products) at 8 warps a block, 254 registers a lane: two warps per scheduler,
+// latency-bound (Nsight Compute: no eligible warp 72 % of cycles). Measured on an H100 (graph
+// replay of 32 → 64×4 → 16 ReLU at B = 2^18, float16, one call; same run, weights converted as
+// they are staged, Note [mlp staged conversion]):
+// - 32 rows, 8 warps: 0.0617 ms; 32 rows, 12 warps (168 registers, 352 bytes of spills): 0.0617;
+// - 16 rows, 12 warps: 0.0623; 16 rows, 16 warps (128 registers): 0.0540;
+// - the hidden activation picked once for the whole kernel (visit_activation around the tile
+//   loop) instead of after every layer's product, where the switch between the product and the
+//   activation kept the scheduler from overlapping one layer's last products with its activation
+//   and the next layer's first loads: 16 rows at 16 warps 0.0499 ms, 32 rows at 8 warps 0.0659
+//   (255 registers and spills).
+// A second run: 16 rows at 16 warps with the activation picked once 0.0512 ms; the same with
+// 12 warps 0.0561; the same with each lane's B fragment as one 64-bit load from a weight layout
+// with the four elements side by side (the pitch chosen for conflict-free 64-bit loads) 0.0527.
+// So at MW = 64 a warp holds 16 rows, a block 16 warps, and the activation is picked once per
+// kernel (9 copies of the tile loop: the translation unit compiles in about twice the time). At
+// MW = 128 the kernel keeps 12 warps and the choice per layer: the kernel picked once per
+// activation takes about 200 s to compile per instantiation (not measured on the GPU).
+// The register backward did not gain from the same: with the activation picked once it spilled
+// (432 bytes at 12 warps, 200 at 8) and took 0.52 / 0.46 ms for forward + backward against
+// 0.35 ms; at 8 warps without it, 0.358 ms. The staged biases' product now knows at compile time
+// that it has a bias (forward_product_add's kBias: the test on a null pointer had every first
+// product compiled twice, predicated). Staging them in the accumulator layout as well (four floats
+// a lane and tile, one 16-byte load into the addend) gave the forward nothing measurable (0.0521
+// ms) and took twice the room, which left the register backward too little shared memory for 12
+// warps (forward + backward 0.40 ms), so they stay [layer, MW].
 
-/// Warps per block of the register forward. At MW = 64 the 12-warp kernel (168 registers a lane)
-/// spilled about 1 KB with the changes of Note [mlp register forward layers] and Note [mlp staged
-/// input rows]; with 8 warps (255 registers, no spill) 32 → 64×4 → 16 at B = 2^18 in float16
-/// took 0.073 ms of kernel time on an H100 against 0.096 ms with 12 (same run, first and last
-/// layers not yet picked at compile time in either).
+/// The register forward's shape for padded widths up to MW: the warps of a block, and whether
+/// the hidden activation is picked once per kernel (kHoisted) rather than after every layer's
+/// product (Note [mlp register forward shape]). A warp holds 16 rows.
 template <int MW>
-FF_HOST_DEVICE constexpr int register_forward_warps() {
-  return MW <= 64 ? 8 : kRegisterWarps;
-}
+struct ForwardShape {
+  static constexpr int kWarps = MW <= 64 ? 16 : kRegisterWarps;
+  static constexpr bool kHoisted = MW <= 64;
+};
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
@@ -93,8 +115,25 @@ FF_HOST_DEVICE constexpr int register_forward_warps() {
 // 8 warps with it, and 0.063 ms once the weights were converted in one launch (both measured
 // as a whole graphed call, conversion included).
 
-/// Hidden layer l of the register sweeps on the 16·M rows in A: A = σ(bias + A · W_lᵀ), rounded to
-/// 16 bits in place (`bias`: the layer's row of the staged biases).
+/// Hidden layer l of the register sweeps on the 16·M rows in A with the activation policy `act`:
+/// A = σ(bias + A · W_lᵀ), rounded to 16 bits in place (`bias`: the layer's row of the staged
+/// biases).
+template <class S, int M, int MW, class Act>
+__device__ FF_FORCE_INLINE void hidden_layer(const Layer& l, const S* wsm, const float* bias,
+                                             uint32_t (&A)[M][MW / 16][4], const Act& act) {
+  constexpr int KT = MW / 16, NT = MW / 8;
+  float C[M][NT][4];
+  layer_product<S, M, KT, NT, kPickK>(l, wsm, A, C, bias);
+  // Padding columns stay 0 for the next product (σ(0) need not be 0).
+  const auto value = [&](float p) { return act.value(p); };
+  if (l.out_pad == MW && l.out == MW) {
+    to_fragments<S>(C, NT, MW, value, A);
+  } else {
+    to_fragments<S>(C, l.out_pad / 8, l.out, value, A);
+  }
+}
+
+/// The same with the hidden activation picked at run time, after the product.
 template <class S, int M, int MW>
 __device__ FF_FORCE_INLINE void hidden_layer(const Args& a, const Layer& l, const S* wsm,
                                              const float* bias, uint32_t (&A)[M][MW / 16][4]) {
@@ -112,10 +151,14 @@ __device__ FF_FORCE_INLINE void hidden_layer(const Args& a, const Layer& l, cons
   });
 }
 
-template <class S, int MW>
-__global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
+/// The hidden activation as a kernel's tile loop takes it when it is picked after every layer's
+/// product (hidden_layer with Args) rather than once per kernel (an activation policy).
+struct RuntimeHidden {};
+
+template <class S, int MW, class Shape = ForwardShape<MW>>
+__global__ void __launch_bounds__(32 * Shape::kWarps, 1)
     register_forward_kernel(const __grid_constant__ Args a) {
-  constexpr int M = register_row_tiles<MW>();
+  constexpr int M = 1;  // row tiles of 16 a warp holds
   constexpr int KT = MW / 16, NT = MW / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   S* wsm = reinterpret_cast<S*>(smem);
@@ -131,40 +174,51 @@ __global__ void __launch_bounds__(32 * register_forward_warps<MW>(), 1)
       a.x_stage == 0 ? nullptr
                      : reinterpret_cast<float*>(smem + a.x_stage) + warp_id() * 2 * 16 * M * pitch;
   if (staged != nullptr && first < a.tiles) stage_rows<16 * M>(a, first * 16 * M, staged, pitch);
-  int buffer = 0;
-  for (int64_t tile = first; tile < a.tiles; tile += warps, buffer ^= 1) {
-    const int64_t row0 = tile * 16 * M;
-    uint32_t A[M][KT][4];
-    if (staged != nullptr) {
-      float* const next = staged + (buffer ^ 1) * 16 * M * pitch;
-      if (tile + warps < a.tiles) {
-        stage_rows<16 * M>(a, row0 + warps * 16 * M, next, pitch);
+  const auto tiles = [&](const auto& hidden) {
+    int buffer = 0;
+    for (int64_t tile = first; tile < a.tiles; tile += warps, buffer ^= 1) {
+      const int64_t row0 = tile * 16 * M;
+      uint32_t A[M][KT][4];
+      if (staged != nullptr) {
+        float* const next = staged + (buffer ^ 1) * 16 * M * pitch;
+        if (tile + warps < a.tiles) {
+          stage_rows<16 * M>(a, row0 + warps * 16 * M, next, pitch);
+        } else {
+          cp_async_commit();
+        }
+        cp_async_wait_all_but_one();
+        staged_fragments<S, M, KT>(a, staged + buffer * 16 * M * pitch, pitch, A);
+        __syncwarp();  // every lane has read the buffer before it is refilled
       } else {
-        cp_async_commit();
+        load_input_fragments<S, M, KT>(a, row0, A);
       }
-      cp_async_wait_all_but_one();
-      staged_fragments<S, M, KT>(a, staged + buffer * 16 * M * pitch, pitch, A);
-      __syncwarp();  // every lane has read the buffer before it is refilled
-    } else {
-      load_input_fragments<S, M, KT>(a, row0, A);
+      for (int k = 0; k + 1 < a.num_layers; ++k) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(hidden)>, RuntimeHidden>) {
+          hidden_layer<S, M, MW>(a, a.layers[k], wsm, bsm + k * MW, A);
+        } else {
+          hidden_layer<S, M, MW>(a.layers[k], wsm, bsm + k * MW, A, hidden);
+        }
+      }
+      const int last = a.num_layers - 1;
+      const Layer& l = a.layers[last];
+      float C[M][NT][4];
+      layer_product<S, M, KT, NT, kPickN>(l, wsm, A, C, bsm + last * MW);
+      visit_activation<float, FastMath>(a.output, a.params, [&](auto act) {
+        store_rows(C, l.out_pad / 8, row0, a.batch, l.out, a.out, l.out,
+                   [&](float p) { return act.value(p); });
+      });
     }
-    for (int k = 0; k + 1 < a.num_layers; ++k) {
-      hidden_layer<S, M, MW>(a, a.layers[k], wsm, bsm + k * MW, A);
-    }
-    const int last = a.num_layers - 1;
-    const Layer& l = a.layers[last];
-    float C[M][NT][4];
-    layer_product<S, M, KT, NT, kPickN>(l, wsm, A, C, bsm + last * MW);
-    visit_activation<float, FastMath>(a.output, a.params, [&](auto act) {
-      store_rows(C, l.out_pad / 8, row0, a.batch, l.out, a.out, l.out,
-                 [&](float p) { return act.value(p); });
-    });
+  };
+  if constexpr (Shape::kHoisted) {
+    visit_activation<float, FastMath>(a.hidden, a.params, tiles);
+  } else {
+    tiles(RuntimeHidden{});
   }
 }
 
 #else
 
-template <class S, int MW>
+template <class S, int MW, class Shape = ForwardShape<MW>>
 __global__ void register_forward_kernel(const __grid_constant__ Args) {}
 
 #endif

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/cuda_launch.cuh"
@@ -91,6 +92,12 @@ struct Layer {
   /// Register backward kernels: the warp that takes the layer's first dW tile (Note [mlp register
   /// backward]), and which of the two δ buffers (g0, g1) the layer's δ goes to.
   int dw_first = 0, delta_buffer = 0;
+  /// Register kernels (Args::stage_float): the float32 weight and V_k (or null), read through
+  /// their strides as they are staged.
+  const float* w_src = nullptr;
+  int64_t w_so = 0, w_si = 0;
+  const float* v_src = nullptr;
+  int64_t v_so = 0, v_si = 0;
 };
 
 /// Everything a fused kernel reads, by value.
@@ -134,6 +141,9 @@ struct Args {
   /// The register forward's staged input rows (byte offset of warp 0's two buffers; Note [mlp
   /// staged input rows]), or 0: x is read directly.
   int x_stage = 0;
+  /// The register kernels stage the weights (and V) from the float32 parameters, rounding them as
+  /// they go, instead of from converted copies in the workspace (Note [mlp staged conversion]).
+  int stage_float = 0;
 };
 
 /// One weight converted into the workspace: dst [out_pad, in_pad] (S) = the float32 weight
@@ -298,21 +308,58 @@ __device__ FF_FORCE_INLINE const S* weight_of(const Args& a, const Layer& l, con
   return a.resident ? wsm + l.w_sm : static_cast<const S*>(a.weights) + l.w_ws;
 }
 
-/// Stages every converted weight (or, `grad_grad`, every layer's converted V) into shared memory
-/// (resident plans), 16 bytes at a time.
+// Note [mlp staged conversion]
+// The warp-fused kernels read the 16-bit weights from the workspace, where a conversion launch
+// (convert_weights_kernel) puts them first. The register kernels read each weight once per block,
+// into shared memory, so they convert it there instead: every block reads the float32 parameter
+// (from L2 after the first block) and rounds it as it stages it. That removes a launch and its
+// gap per call (four in an Eikonal step) for 32 KB more of L2 reads per block at 64 wide. On an
+// H100 (float16, B = 2^18, graph replay, same kernels otherwise): inference of 32 → 64×4 → 16
+// 0.0631 → 0.0617–0.0631 ms, its forward + backward 0.347 → 0.346 ms, the Eikonal step of
+// 3 → 64×4 → 1 2.42 → 2.38 ms. The workspace keeps room for the converted copies, which these
+// plans leave unused.
+
+/// Elements c0 .. c0 + 16 / sizeof(S) of row o of the float32 matrix src [out, in] (strides so,
+/// si) rounded to S, zero past `out` and `in`, as 16 bytes.
+template <class S>
+__device__ FF_FORCE_INLINE uint4 rounded_chunk(const float* src, int64_t so, int64_t si, int out,
+                                               int in, int o, int c0) {
+  constexpr int kVec = 16 / sizeof(S);
+  S value[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const int c = c0 + i;
+    value[i] = static_cast<S>(o < out && c < in ? src[o * so + c * si] : 0.0f);
+  }
+  uint4 chunk;
+  memcpy(&chunk, value, sizeof(chunk));
+  return chunk;
+}
+
+/// Stages every weight (or, `grad_grad`, every layer's V) into shared memory (resident plans),
+/// 16 bytes at a time: the converted copies from the workspace, or with a.stage_float the float32
+/// parameters, rounded (Note [mlp staged conversion]).
 template <class S>
 __device__ void stage_weights(const Args& a, S* wsm, bool grad_grad = false) {
+  constexpr int kVec = 16 / sizeof(S);  // elements per 16 bytes
   for (int k = 0; k < a.num_layers; ++k) {
     const Layer& l = a.layers[k];
     if (grad_grad && !l.has_v) continue;
-    constexpr int kVec = 16 / sizeof(S);  // elements per 16 bytes
     const uint4* src = reinterpret_cast<const uint4*>(static_cast<const S*>(a.weights) +
                                                       (grad_grad ? l.v_ws : l.w_ws));
     const int per_row = l.in_pad / kVec;
     const int n = l.out_pad * per_row;
     for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {
       const int o = e / per_row, c = e % per_row;
-      *reinterpret_cast<uint4*>(wsm + l.w_sm + o * (l.in_pad + kSkew) + c * kVec) = src[e];
+      uint4 chunk;
+      if (!a.stage_float) {
+        chunk = src[e];
+      } else if (grad_grad) {
+        chunk = rounded_chunk<S>(l.v_src, l.v_so, l.v_si, l.out, l.in, o, c * kVec);
+      } else {
+        chunk = rounded_chunk<S>(l.w_src, l.w_so, l.w_si, l.out, l.in, o, c * kVec);
+      }
+      *reinterpret_cast<uint4*>(wsm + l.w_sm + o * (l.in_pad + kSkew) + c * kVec) = chunk;
     }
   }
 }

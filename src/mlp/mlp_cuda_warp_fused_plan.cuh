@@ -70,7 +70,7 @@ int blocks_per_sm(const Problem& p, Kernel kernel, int threads, std::size_t smem
 }
 
 /// The register forward's plan (Note [mlp register forward]): the weights resident in shared
-/// memory, blocks of register_forward_warps warps, a warp tile of 16·M rows.
+/// memory, blocks of ForwardShape<MW>::kWarps warps, a warp tile of 16 rows.
 template <class S, int MW>
 void register_forward_plan(const Problem& p, std::size_t weight_bytes, int optin, int sms,
                            Plan& result) {
@@ -78,15 +78,15 @@ void register_forward_plan(const Problem& p, std::size_t weight_bytes, int optin
   Args& a = plan.args;
   a.register_width = MW;
   a.resident = 1;
-  a.warps = register_forward_warps<MW>();
-  a.tiles = (p.batch + 16 * register_row_tiles<MW>() - 1) / (16 * register_row_tiles<MW>());
+  a.stage_float = 1;
+  a.warps = ForwardShape<MW>::kWarps;
+  a.tiles = (p.batch + 15) / 16;
   a.bias_sm = static_cast<int>(align128(weight_bytes));
   plan.smem = a.bias_sm + static_cast<std::size_t>(p.num_layers) * MW * sizeof(float);
   // Staged input rows when they fit (Note [mlp staged input rows]).
   const std::size_t stage_at = align128(plan.smem);
-  const std::size_t stage_bytes = static_cast<std::size_t>(a.warps) * 2 * 16 *
-                                  register_row_tiles<MW>() * staged_pitch(a.layers[0].in_pad) *
-                                  sizeof(float);
+  const std::size_t stage_bytes =
+      static_cast<std::size_t>(a.warps) * 2 * 16 * staged_pitch(a.layers[0].in_pad) * sizeof(float);
   a.x_stage = 0;
   if (stage_at + stage_bytes <= static_cast<std::size_t>(optin)) {
     a.x_stage = static_cast<int>(stage_at);
@@ -111,6 +111,7 @@ void finish_register_plan(const Problem& p, Kernel kernel, const char* what, int
   Args& a = plan.args;
   const int rows = 16 * a.warps;
   a.resident = 1;
+  a.stage_float = 1;
   a.dw_in_smem = 0;
   a.dbs = 0;
   int64_t elem = 0;
@@ -393,7 +394,55 @@ inline void launch_entry(const void* kernel, const Plan& plan, const Args& a, cu
   cudaLaunchKernel(kernel, dim3(plan.grid), dim3(32 * a.warps), params, plan.smem, stream);
 }
 
-/// Converts the weights into the workspace, runs the fused kernel and (backward) sums the
+/// The register kernels' float32 weight and V sources (Note [mlp staged conversion]).
+inline void set_weight_sources(const Problem& p, Args& a) {
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& v = p.layers[k];
+    Layer& l = a.layers[k];
+    l.w_src = static_cast<const float*>(v.weight);
+    l.w_so = v.weight_stride_out;
+    l.w_si = v.weight_stride_in;
+    l.v_src = static_cast<const float*>(v.grad_grad_weight);
+    l.v_so = v.grad_grad_weight_stride_out;
+    l.v_si = v.grad_grad_weight_stride_in;
+  }
+}
+
+/// Converts every weight (and V) of the call into the workspace, in one launch.
+template <class S>
+void convert_weights(const Problem& p, const Args& a, S* dst, cudaStream_t stream) {
+  ConvertParts c;
+  for (int k = 0; k < p.num_layers; ++k) {
+    const LayerView& v = p.layers[k];
+    const Layer& l = a.layers[k];
+    const int64_t count = static_cast<int64_t>(l.out_pad) * l.in_pad;
+    c.parts[c.num_parts++] = {static_cast<const float*>(v.weight),
+                              v.weight_stride_out,
+                              v.weight_stride_in,
+                              l.out,
+                              l.in,
+                              l.in_pad,
+                              l.w_ws,
+                              count};
+    c.total += count;
+    if (!l.has_v) continue;
+    c.parts[c.num_parts++] = {static_cast<const float*>(v.grad_grad_weight),
+                              v.grad_grad_weight_stride_out,
+                              v.grad_grad_weight_stride_in,
+                              l.out,
+                              l.in,
+                              l.in_pad,
+                              l.v_ws,
+                              count};
+    c.total += count;
+  }
+  const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(c.total, 256), 1024));
+  convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(c, dst);
+  cuda::check_launch(p.op, "convert_weights_kernel", stream);
+}
+
+/// Converts the weights into the workspace (unless the kernel stages them from the float32
+/// parameters), runs the fused kernel and (backward) sums the
 /// per-block partials into the parameter gradients. `a` is the plan's Args with the call's
 /// pointers filled in.
 template <class S>
@@ -406,34 +455,11 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
   a.partials = reinterpret_cast<float*>(ws + plan.partials_offset);
   const bool backward = pass != Pass::Forward;
   if (a.tiles > 0) {
-    ConvertParts c;
-    for (int k = 0; k < p.num_layers; ++k) {
-      const LayerView& v = p.layers[k];
-      const Layer& l = a.layers[k];
-      const int64_t count = static_cast<int64_t>(l.out_pad) * l.in_pad;
-      c.parts[c.num_parts++] = {static_cast<const float*>(v.weight),
-                                v.weight_stride_out,
-                                v.weight_stride_in,
-                                l.out,
-                                l.in,
-                                l.in_pad,
-                                l.w_ws,
-                                count};
-      c.total += count;
-      if (!l.has_v) continue;
-      c.parts[c.num_parts++] = {static_cast<const float*>(v.grad_grad_weight),
-                                v.grad_grad_weight_stride_out,
-                                v.grad_grad_weight_stride_in,
-                                l.out,
-                                l.in,
-                                l.in_pad,
-                                l.v_ws,
-                                count};
-      c.total += count;
+    if (a.stage_float) {
+      set_weight_sources(p, a);
+    } else {
+      convert_weights(p, a, static_cast<S*>(workspace), stream);
     }
-    const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(c.total, 256), 1024));
-    convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(c, static_cast<S*>(workspace));
-    cuda::check_launch(p.op, "convert_weights_kernel", stream);
     if (pass == Pass::DoubleBackward && a.register_width != 0) {
       if constexpr (!std::is_same_v<S, float>) {
         launch_entry(register_double_backward_entry<S, 64>(), plan, a, stream);
