@@ -111,9 +111,10 @@ struct ForwardShape {
 // about 4.6 k (19 per mma.sync) to 1.9 k. Graph replay on an H100, float16: 0.119 ms before;
 // 0.094 ms with the staged biases and compile-time hidden layers; 0.080 ms with the first and last
 // layers picked and the input rows staged (Note [mlp staged input rows]); 0.076 ms at 8 warps a
-// block without the picking of the first and last layers (register_forward_warps); 0.067 ms at
+// block without the picking of the first and last layers (32 rows a warp then); 0.067 ms at
 // 8 warps with it, and 0.063 ms once the weights were converted in one launch (both measured
-// as a whole graphed call, conversion included).
+// as a whole graphed call, conversion included); 0.049 ms at the shape of Note [mlp register
+// forward shape].
 
 /// Hidden layer l of the register sweeps on the 16·M rows in A with the activation policy `act`:
 /// A = σ(bias + A · W_lᵀ), rounded to 16 bits in place (`bias`: the layer's row of the staged
