@@ -295,7 +295,7 @@ __device__ FF_FORCE_INLINE void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 /// + A[m] · W_lᵀ, `bias` a layer's staged biases (stage_biases), which enter as the first
 /// product's addend. B fragments are two 32-bit loads each (ldmatrix here made the register
 /// forward twice as slow on an H100, and one 64-bit load from a layout with each lane's four
-/// elements side by side 3 % slower, Note [mlp register forward]). k outermost:
+/// elements side by side 3 % slower, Note [mlp register forward shape]). k outermost:
 /// consecutive products go to different accumulators, so none waits on the one before it.
 /// FixedKT / FixedNT (0: read from the layer) are in_pad / 16 and out_pad / 8 when the caller has
 /// checked them, so that the loops have compile-time bounds and the loads fixed offsets (Note

@@ -59,6 +59,12 @@ namespace fieldfuse::detail::mlp::fused {
 // in local memory. Its stalls then: long scoreboard 24 %, fixed-latency waits 21 %, shared memory
 // 19 %, barriers 9 %; the ReLU gates, db butterflies and δ stores of the full-width layers are the
 // largest block left (23 % of the instructions).
+// What the register forward's shape change (Note [mlp register forward shape]) did not do here,
+// forward + backward of the same network graphed: 8 warps a block instead of 12, 0.358 ms
+// against 0.349; the hidden activation picked once per kernel, 0.518 ms at 12 warps and 0.460 at
+// 8 (432 and 200 bytes of spills). At 12 warps the kernel uses 231 424 of the H100's 232 448
+// bytes of shared memory a block, so staging the biases at twice the size (one 16-byte load per
+// addend) sent it to 8 warps: 0.40 ms.
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
@@ -205,7 +211,7 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
   S* acts = reinterpret_cast<S*>(smem + a.acts);
   float* db = reinterpret_cast<float*>(smem + a.warp_base + warp_id() * a.warp_bytes + a.dbs);
   stage_biases<MW>(a, bsm);
-  float* acc = begin_partials<S>(a, smem);  // its barrier also publishes the biases
+  float* acc = begin_partials<S, true>(a, smem);  // its barrier also publishes the biases
   const int L = a.num_layers, rows = 16 * a.warps, ldd = a.ld_g;
   const int local = 16 * warp_id();  // the warp's first row in the block's buffers
   for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {

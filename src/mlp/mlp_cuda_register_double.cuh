@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
   S* acts = reinterpret_cast<S*>(smem + a.acts);
   S* tans = reinterpret_cast<S*>(smem + a.tans);
   float* db = reinterpret_cast<float*>(smem + a.warp_base + warp_id() * a.warp_bytes + a.dbs);
-  if (a.v_sm != 0) stage_weights(a, reinterpret_cast<S*>(smem + a.v_sm), true);
-  float* acc = begin_partials<S>(a, smem);  // its barrier also publishes the V copies
+  if (a.v_sm != 0) stage_weights<true>(a, reinterpret_cast<S*>(smem + a.v_sm), true);
+  float* acc = begin_partials<S, true>(a, smem);  // its barrier also publishes the V copies
   const int L = a.num_layers, rows = 16 * a.warps;
   const int local = 16 * warp_id();  // the warp's first row in the block's buffers
   const int g = lane_id() >> 2, t = lane_id() & 3;

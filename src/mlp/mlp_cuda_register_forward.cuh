@@ -32,10 +32,11 @@ namespace fieldfuse::detail::mlp::fused {
 // 16 rows at a time (Note [mlp register forward shape]) up to width kRegisterMaxWidth; wider
 // problems keep the warp-fused forward.
 // The products run k-tile by k-tile over all output tiles (consecutive mma.sync feed different
-// accumulators), and the activation is chosen once per layer (visit_activation), not per element:
+// accumulators), and the activation is chosen once per layer (visit_activation; once per kernel at
+// MW <= 64, Note [mlp register forward shape]), not per element:
 // with the products ordered tile by tile and a switch per element, the forward of 32 → 64×4 → 16
 // at B = 2^18 in float16 took 0.34 ms on an H100, no faster than the warp-fused kernel; with them
-// 0.118 ms (graph replay; 0.051 ms after the notes below), against the issue's 0.05 ms. Its
+// 0.118 ms (graph replay; 0.049 ms after the notes below), against the issue's 0.05 ms. Its
 // fragment code (mlp_cuda_fragments.cuh) and its layer code (hidden_layer, below) are shared
 // with the register backward; loading its B fragments with ldmatrix, as the
 // backward's transposed operands are, doubled its time (0.235 ms), so they stay 32-bit loads.
@@ -53,33 +54,27 @@ constexpr int kRegisterWarps = 12;
 constexpr int kRegisterMaxWidth = 128;
 
 // Note [mlp register forward shape]
-// Until the twelfth session a warp of the width-64 forward held two row tiles (32 rows: each B
-// fragment fed two products) at 8 warps a block, 254 registers a lane: two warps per scheduler,
-// latency-bound (Nsight Compute: no eligible warp 72 % of cycles). Measured on an H100 (graph
-// replay of 32 → 64×4 → 16 ReLU at B = 2^18, float16, one call; same run, weights converted as
-// they are staged, Note [mlp staged conversion]):
-// - 32 rows, 8 warps: 0.0617 ms; 32 rows, 12 warps (168 registers, 352 bytes of spills): 0.0617;
-// - 16 rows, 12 warps: 0.0623; 16 rows, 16 warps (128 registers): 0.0540;
+// A warp of the width-64 forward used to hold two row tiles (32 rows, each B fragment feeding two
+// products) at 8 warps a block and 254 registers a lane: two warps per scheduler, latency-bound
+// (Nsight Compute: no eligible warp 72 % of cycles). Graph replay of 32 → 64×4 → 16 ReLU at
+// B = 2^18 in float16 on an H100, one call, variants built side by side (bench/RESULTS.md,
+// twelfth session, has every row):
+// - 32 rows, 8 warps: 0.0617 ms; 32 rows, 12 warps (168 registers, spills): 0.0617; 16 rows,
+//   12 warps: 0.0623; 16 rows, 16 warps (128 registers): 0.0540;
 // - the hidden activation picked once for the whole kernel (visit_activation around the tile
-//   loop) instead of after every layer's product, where the switch between the product and the
-//   activation kept the scheduler from overlapping one layer's last products with its activation
-//   and the next layer's first loads: 16 rows at 16 warps 0.0499 ms, 32 rows at 8 warps 0.0659
-//   (255 registers and spills).
-// A second run: 16 rows at 16 warps with the activation picked once 0.0512 ms; the same with
-// 12 warps 0.0561; the same with each lane's B fragment as one 64-bit load from a weight layout
-// with the four elements side by side (the pitch chosen for conflict-free 64-bit loads) 0.0527.
-// So at MW = 64 a warp holds 16 rows, a block 16 warps, and the activation is picked once per
-// kernel (9 copies of the tile loop: the translation unit compiles in about twice the time). At
-// MW = 128 the kernel keeps 12 warps and the choice per layer: the kernel picked once per
-// activation takes about 200 s to compile per instantiation (not measured on the GPU).
-// The register backward did not gain from the same: with the activation picked once it spilled
-// (432 bytes at 12 warps, 200 at 8) and took 0.52 / 0.46 ms for forward + backward against
-// 0.35 ms; at 8 warps without it, 0.358 ms. The staged biases' product now knows at compile time
-// that it has a bias (forward_product_add's kBias: the test on a null pointer had every first
-// product compiled twice, predicated). Staging them in the accumulator layout as well (four floats
-// a lane and tile, one 16-byte load into the addend) gave the forward nothing measurable (0.0521
-// ms) and took twice the room, which left the register backward too little shared memory for 12
-// warps (forward + backward 0.40 ms), so they stay [layer, MW].
+//   loop) instead of after every layer's product, where the switch between a layer's products
+//   and its activation kept the scheduler from overlapping them, and from starting the next
+//   layer's loads: 16 rows at 16 warps 0.0499–0.0512 ms, at 12 warps 0.0561, 32 rows at 8 warps
+//   0.0659 (spills);
+// - each lane's B fragment as one 64-bit load, from a layout holding its four elements side by
+//   side at a pitch chosen for conflict-free 64-bit loads: 0.0527 (16 rows, 16 warps, picked
+//   once).
+// So at MW <= 64 a warp holds 16 rows, a block 16 warps, and the activation is picked once per
+// kernel: nine copies of the tile loop, about 60 s of compile per 16-bit type. With the product's
+// bias flag known at compile time as well (forward_product_add's kBias) the call takes 0.049 ms.
+// MW = 128 keeps 12 warps and the choice per layer: picked once, it compiled in about 200 s per
+// instantiation, and it was not measured. The fragment helpers keep their row-tile count M as a
+// template parameter; every caller now passes 1.
 
 /// The register forward's shape for padded widths up to MW: the warps of a block, and whether
 /// the hidden activation is picked once per kernel (kHoisted) rather than after every layer's
@@ -93,8 +88,8 @@ struct ForwardShape {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
 // Note [mlp register forward layers]
-// Nsight Compute's instruction counts per warp tile (32 rows) of 32 → 64×4 → 16 at B = 2^18
-// showed the register forward issuing about 22 instructions per mma.sync, most of them outside
+// Nsight Compute's instruction counts per warp tile (32 rows at the time) of 32 → 64×4 → 16 at B =
+// 2^18 showed the register forward issuing about 22 instructions per mma.sync, most of them outside
 // the products: each layer's bias was 16 global loads behind null, column and stride arithmetic
 // (about 270 instructions a layer), the loops over runtime tile counts made every output tile a
 // branch with its two B-fragment loads right before its mma.sync, and every activation tested
@@ -116,55 +111,53 @@ struct ForwardShape {
 // as a whole graphed call, conversion included); 0.049 ms at the shape of Note [mlp register
 // forward shape].
 
+/// A = act(C) rounded to 16 bits: a hidden layer's accumulator tiles as the next product's A
+/// fragments. Padding columns stay 0 for the next product (σ(0) need not be 0).
+template <class S, int M, int MW, class Act>
+__device__ FF_FORCE_INLINE void activate_into(const Layer& l, const float (&C)[M][MW / 8][4],
+                                              const Act& act, uint32_t (&A)[M][MW / 16][4]) {
+  const auto value = [&](float p) { return act.value(p); };
+  if (l.out_pad == MW && l.out == MW) {
+    to_fragments<S>(C, MW / 8, MW, value, A);
+  } else {
+    to_fragments<S>(C, l.out_pad / 8, l.out, value, A);
+  }
+}
+
 /// Hidden layer l of the register sweeps on the 16·M rows in A with the activation policy `act`:
 /// A = σ(bias + A · W_lᵀ), rounded to 16 bits in place (`bias`: the layer's row of the staged
 /// biases).
 template <class S, int M, int MW, class Act>
 __device__ FF_FORCE_INLINE void hidden_layer(const Layer& l, const S* wsm, const float* bias,
                                              uint32_t (&A)[M][MW / 16][4], const Act& act) {
-  constexpr int KT = MW / 16, NT = MW / 8;
-  float C[M][NT][4];
-  layer_product<S, M, KT, NT, kPickK>(l, wsm, A, C, bias);
-  // Padding columns stay 0 for the next product (σ(0) need not be 0).
-  const auto value = [&](float p) { return act.value(p); };
-  if (l.out_pad == MW && l.out == MW) {
-    to_fragments<S>(C, NT, MW, value, A);
-  } else {
-    to_fragments<S>(C, l.out_pad / 8, l.out, value, A);
-  }
+  float C[M][MW / 8][4];
+  layer_product<S, M, MW / 16, MW / 8, kPickK>(l, wsm, A, C, bias);
+  activate_into<S, M, MW>(l, C, act, A);
 }
 
 /// The same with the hidden activation picked at run time, after the product.
 template <class S, int M, int MW>
 __device__ FF_FORCE_INLINE void hidden_layer(const Args& a, const Layer& l, const S* wsm,
                                              const float* bias, uint32_t (&A)[M][MW / 16][4]) {
-  constexpr int KT = MW / 16, NT = MW / 8;
-  float C[M][NT][4];
-  layer_product<S, M, KT, NT, kPickK>(l, wsm, A, C, bias);
-  // Padding columns stay 0 for the next product (σ(0) need not be 0).
-  visit_activation<float, FastMath>(a.hidden, a.params, [&](auto act) {
-    const auto value = [&](float p) { return act.value(p); };
-    if (l.out_pad == MW && l.out == MW) {
-      to_fragments<S>(C, NT, MW, value, A);
-    } else {
-      to_fragments<S>(C, l.out_pad / 8, l.out, value, A);
-    }
-  });
+  float C[M][MW / 8][4];
+  layer_product<S, M, MW / 16, MW / 8, kPickK>(l, wsm, A, C, bias);
+  visit_activation<float, FastMath>(
+      a.hidden, a.params, [&](const auto& act) { activate_into<S, M, MW>(l, C, act, A); });
 }
 
 /// The hidden activation as a kernel's tile loop takes it when it is picked after every layer's
 /// product (hidden_layer with Args) rather than once per kernel (an activation policy).
 struct RuntimeHidden {};
 
-template <class S, int MW, class Shape = ForwardShape<MW>>
-__global__ void __launch_bounds__(32 * Shape::kWarps, 1)
+template <class S, int MW>
+__global__ void __launch_bounds__(32 * ForwardShape<MW>::kWarps, 1)
     register_forward_kernel(const __grid_constant__ Args a) {
   constexpr int M = 1;  // row tiles of 16 a warp holds
   constexpr int KT = MW / 16, NT = MW / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   S* wsm = reinterpret_cast<S*>(smem);
   float* bsm = reinterpret_cast<float*>(smem + a.bias_sm);
-  stage_weights(a, wsm);
+  stage_weights<true>(a, wsm);
   stage_biases<MW>(a, bsm);
   __syncthreads();
   const int64_t warps = static_cast<int64_t>(gridDim.x) * a.warps;
@@ -175,7 +168,7 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, 1)
       a.x_stage == 0 ? nullptr
                      : reinterpret_cast<float*>(smem + a.x_stage) + warp_id() * 2 * 16 * M * pitch;
   if (staged != nullptr && first < a.tiles) stage_rows<16 * M>(a, first * 16 * M, staged, pitch);
-  const auto tiles = [&](const auto& hidden) {
+  const auto tile_loop = [&](const auto& hidden) {
     int buffer = 0;
     for (int64_t tile = first; tile < a.tiles; tile += warps, buffer ^= 1) {
       const int64_t row0 = tile * 16 * M;
@@ -210,16 +203,16 @@ __global__ void __launch_bounds__(32 * Shape::kWarps, 1)
       });
     }
   };
-  if constexpr (Shape::kHoisted) {
-    visit_activation<float, FastMath>(a.hidden, a.params, tiles);
+  if constexpr (ForwardShape<MW>::kHoisted) {
+    visit_activation<float, FastMath>(a.hidden, a.params, tile_loop);
   } else {
-    tiles(RuntimeHidden{});
+    tile_loop(RuntimeHidden{});
   }
 }
 
 #else
 
-template <class S, int MW, class Shape = ForwardShape<MW>>
+template <class S, int MW>
 __global__ void register_forward_kernel(const __grid_constant__ Args) {}
 
 #endif

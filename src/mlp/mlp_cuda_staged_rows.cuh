@@ -18,13 +18,13 @@ namespace fieldfuse::detail::mlp::fused {
 // its cycles ("long scoreboard"): each warp loaded its tile's rows, then waited for them with
 // nothing else to do, and 3 warps a scheduler could not cover that. So each warp copies the rows
 // of its NEXT tile with cp.async into one of two buffers while it runs the current one, and reads
-// the current tile's fragments from shared memory. A lane copies one row (the warp tile is 32
-// rows, 16 M): 16-byte copies when the rows are contiguous and 16-byte aligned, else 4-byte ones
-// (any strides); rows past the batch are zero-filled by the copy itself, columns past `in` are
-// masked when the fragments are read. Buffers are [16·M, in_pad + 8] float32 (rows 16-byte
-// aligned, and the 8-byte fragment reads of a half-warp's 4 rows on distinct banks); the plan turns
-// staging off (a.x_stage = 0) when they do not fit next to the weights, and the kernel then loads x
-// directly.
+// the current tile's fragments from shared memory. A lane copies one row (the warp tile is 16·M
+// rows; at M = 1, lanes 16–31 copy nothing): 16-byte copies when the rows are contiguous and
+// 16-byte aligned, else 4-byte ones (any strides); rows past the batch are zero-filled by the copy
+// itself, columns past `in` are masked when the fragments are read. Buffers are [16·M, in_pad + 8]
+// float32 (rows 16-byte aligned, and the 8-byte fragment reads of a half-warp's 4 rows on distinct
+// banks); the plan turns staging off (a.x_stage = 0) when they do not fit next to the weights, and
+// the kernel then loads x directly.
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 

@@ -75,14 +75,14 @@ constexpr std::size_t align128(std::size_t n) { return (n + 127) / 128 * 128; }
 /// One layer as the fused kernels see it (offsets in elements of their buffer's type).
 struct Layer {
   int in = 0, out = 0, in_pad = 0, out_pad = 0;
-  int64_t w_ws = 0;     ///< converted weight in the workspace, [out_pad, in_pad]
+  int64_t w_ws = 0;     ///< converted weight in the workspace, [out_pad, in_pad] (warp-fused)
   int w_sm = 0;         ///< resident weight in shared memory, [out_pad, in_pad + kSkew]
   int a_sm = 0;         ///< per-warp 16-bit input a_k, [16, in_pad + kSkew] (backward)
   int d1_sm = 0;        ///< per-warp σ′(p_k), [16, out_pad] (backward)
   int db_sm = 0;        ///< per-warp db partial, [out_pad] (backward)
   int64_t dw_acc = 0;   ///< dW accumulator, [out_pad, in_pad + kDwSkew] (backward)
   int64_t db_slot = 0;  ///< db partial in the block's slot, [out_pad] (backward)
-  int64_t v_ws = 0;     ///< converted V in the workspace, [out_pad, in_pad] (double backward)
+  int64_t v_ws = 0;     ///< converted V in the workspace, [out_pad, in_pad] (warp-fused double)
   int dl_sm = 0;        ///< per-warp 16-bit δ_k, [16, out_pad + kSkew] (double backward)
   const float* bias = nullptr;
   int64_t bias_stride = 0;
@@ -92,8 +92,8 @@ struct Layer {
   /// Register backward kernels: the warp that takes the layer's first dW tile (Note [mlp register
   /// backward]), and which of the two δ buffers (g0, g1) the layer's δ goes to.
   int dw_first = 0, delta_buffer = 0;
-  /// Register kernels (Args::stage_float): the float32 weight and V_k (or null), read through
-  /// their strides as they are staged.
+  /// Register kernels: the float32 weight and V_k (or null), read through their strides as they
+  /// are staged (Note [mlp staged conversion]).
   const float* w_src = nullptr;
   int64_t w_so = 0, w_si = 0;
   const float* v_src = nullptr;
@@ -117,7 +117,7 @@ struct Args {
   float* grad_grad_out = nullptr;  ///< t_L (double backward), or null
   float* out = nullptr;
   float* grad_x = nullptr;
-  const void* weights = nullptr;  ///< the converted weights (type S) in the workspace
+  const void* weights = nullptr;  ///< the converted weights (type S) in the workspace (warp-fused)
   int resident = 0;               ///< weights staged in shared memory
   int d1_16 = 0;                  ///< σ′ stored in 16 bits
   int dw_in_smem = 0;
@@ -141,9 +141,6 @@ struct Args {
   /// The register forward's staged input rows (byte offset of warp 0's two buffers; Note [mlp
   /// staged input rows]), or 0: x is read directly.
   int x_stage = 0;
-  /// The register kernels stage the weights (and V) from the float32 parameters, rounding them as
-  /// they go, instead of from converted copies in the workspace (Note [mlp staged conversion]).
-  int stage_float = 0;
 };
 
 /// One weight converted into the workspace: dst [out_pad, in_pad] (S) = the float32 weight
@@ -316,8 +313,7 @@ __device__ FF_FORCE_INLINE const S* weight_of(const Args& a, const Layer& l, con
 // gap per call (four in an Eikonal step) for 32 KB more of L2 reads per block at 64 wide. On an
 // H100 (float16, B = 2^18, graph replay, same kernels otherwise): inference of 32 → 64×4 → 16
 // 0.0631 → 0.0617–0.0631 ms, its forward + backward 0.347 → 0.346 ms, the Eikonal step of
-// 3 → 64×4 → 1 2.42 → 2.38 ms. The workspace keeps room for the converted copies, which these
-// plans leave unused.
+// 3 → 64×4 → 1 2.42 → 2.38 ms. Their plans reserve no workspace for converted copies.
 
 /// Elements c0 .. c0 + 16 / sizeof(S) of row o of the float32 matrix src [out, in] (strides so,
 /// si) rounded to S, zero past `out` and `in`, as 16 bytes.
@@ -337,9 +333,9 @@ __device__ FF_FORCE_INLINE uint4 rounded_chunk(const float* src, int64_t so, int
 }
 
 /// Stages every weight (or, `grad_grad`, every layer's V) into shared memory (resident plans),
-/// 16 bytes at a time: the converted copies from the workspace, or with a.stage_float the float32
-/// parameters, rounded (Note [mlp staged conversion]).
-template <class S>
+/// 16 bytes at a time: the converted copies from the workspace, or (kFromFloat, the register
+/// kernels) the float32 parameters, rounded (Note [mlp staged conversion]).
+template <bool kFromFloat, class S>
 __device__ void stage_weights(const Args& a, S* wsm, bool grad_grad = false) {
   constexpr int kVec = 16 / sizeof(S);  // elements per 16 bytes
   for (int k = 0; k < a.num_layers; ++k) {
@@ -352,7 +348,7 @@ __device__ void stage_weights(const Args& a, S* wsm, bool grad_grad = false) {
     for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {
       const int o = e / per_row, c = e % per_row;
       uint4 chunk;
-      if (!a.stage_float) {
+      if constexpr (!kFromFloat) {
         chunk = src[e];
       } else if (grad_grad) {
         chunk = rounded_chunk<S>(l.v_src, l.v_so, l.v_si, l.out, l.in, o, c * kVec);
@@ -415,7 +411,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
   S* const buf1 = reinterpret_cast<S*>(mine + a.g1);
   float* scratch = reinterpret_cast<float*>(mine + a.scratch);
   if (a.resident) {
-    stage_weights(a, wsm);
+    stage_weights<false>(a, wsm);
     __syncthreads();
   }
   const int L = a.num_layers;
@@ -641,14 +637,15 @@ __device__ FF_FORCE_INLINE float* block_slot(const Args& a) {
 }
 
 /// Zeroes the block's dW accumulator (shared memory, or the block's slot) and the warp's db
-/// partial and stages the resident weights, then a block barrier. Returns the accumulator.
-template <class S>
+/// partial and stages the resident weights (from float32 with kFromFloat, stage_weights), then a
+/// block barrier. Returns the accumulator.
+template <class S, bool kFromFloat = false>
 __device__ FF_FORCE_INLINE float* begin_partials(const Args& a, unsigned char* smem) {
   float* acc = a.dw_in_smem ? reinterpret_cast<float*>(smem + a.dw_base) : block_slot(a);
   float* dbw = reinterpret_cast<float*>(smem + a.warp_base + warp_id() * a.warp_bytes + a.dbs);
   for (int64_t e = threadIdx.x; e < a.dw_len; e += blockDim.x) acc[e] = 0.0f;
   for (int e = lane_id(); e < a.db_len; e += 32) dbw[e] = 0.0f;
-  if (a.resident) stage_weights(a, reinterpret_cast<S*>(smem));
+  if (a.resident) stage_weights<kFromFloat>(a, reinterpret_cast<S*>(smem));
   __syncthreads();
   return acc;
 }

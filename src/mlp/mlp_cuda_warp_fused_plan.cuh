@@ -78,8 +78,10 @@ void register_forward_plan(const Problem& p, std::size_t weight_bytes, int optin
   Args& a = plan.args;
   a.register_width = MW;
   a.resident = 1;
-  a.stage_float = 1;
   a.warps = ForwardShape<MW>::kWarps;
+  // The kernel reads the float32 weights (Note [mlp staged conversion]): no workspace.
+  plan.partials_offset = 0;
+  plan.total = 1;
   a.tiles = (p.batch + 15) / 16;
   a.bias_sm = static_cast<int>(align128(weight_bytes));
   plan.smem = a.bias_sm + static_cast<std::size_t>(p.num_layers) * MW * sizeof(float);
@@ -111,8 +113,8 @@ void finish_register_plan(const Problem& p, Kernel kernel, const char* what, int
   Args& a = plan.args;
   const int rows = 16 * a.warps;
   a.resident = 1;
-  a.stage_float = 1;
   a.dw_in_smem = 0;
+  plan.partials_offset = 0;  // no converted weights (Note [mlp staged conversion])
   a.dbs = 0;
   int64_t elem = 0;
   for (int k = 0; k < a.num_layers; ++k) {
@@ -323,16 +325,14 @@ Plan make_plan(const Problem& p, Pass pass) {
                                     plan);
       if (plan.ok) return plan;
     }
-    // And the double backward's two sweeps. The workspace holds W and V, and the partials of
-    // whichever layout (with or without resident V copies) needs more blocks.
+    // And the double backward's two sweeps. The workspace holds the partials of whichever
+    // layout (with or without resident V copies) needs more blocks.
     if (pass == Pass::DoubleBackward && maxw <= 64) {
       // (The chosen layout last: each plan sets the kernel's shared-memory limit to its own.)
       bool any_v = false;
       for (int k = 0; k < p.num_layers; ++k) any_v = any_v || a.layers[k].has_v;
       const Plan fallback = plan;
       Plan other = plan;
-      plan.partials_offset = (static_cast<std::size_t>(2 * elems) * sizeof(S) + 255) / 256 * 256;
-      other.partials_offset = plan.partials_offset;
       register_double_backward_plan<S, 64>(p, weight_bytes, !any_v, act_elems / 16, dw_len, db_len,
                                            optin, sms, other);
       register_double_backward_plan<S, 64>(p, weight_bytes, any_v, act_elems / 16, dw_len, db_len,
@@ -441,10 +441,10 @@ void convert_weights(const Problem& p, const Args& a, S* dst, cudaStream_t strea
   cuda::check_launch(p.op, "convert_weights_kernel", stream);
 }
 
-/// Converts the weights into the workspace (unless the kernel stages them from the float32
-/// parameters), runs the fused kernel and (backward) sums the
-/// per-block partials into the parameter gradients. `a` is the plan's Args with the call's
-/// pointers filled in.
+/// Converts the weights into the workspace (the warp-fused kernels; the register kernels stage
+/// them from the float32 parameters), runs the fused kernel and (backward) sums the per-block
+/// partials into the parameter gradients. `a` is the plan's Args with the call's pointers filled
+/// in.
 template <class S>
 void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, Pass pass) {
   cuda::ProfileRange range(p.op);
@@ -455,7 +455,7 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
   a.partials = reinterpret_cast<float*>(ws + plan.partials_offset);
   const bool backward = pass != Pass::Forward;
   if (a.tiles > 0) {
-    if (a.stage_float) {
+    if (a.register_width != 0) {
       set_weight_sources(p, a);
     } else {
       convert_weights(p, a, static_cast<S*>(workspace), stream);

@@ -178,8 +178,8 @@ struct Exp {
 };
 
 /// Calls `run(policy)` with the policy of `kind` in compute type T (exp-based ones written in M's
-/// functions): on the host once per layer or launch, in a kernel once per layer (the register
-/// forward), never once per element.
+/// functions): on the host once per layer or launch, in a kernel once per layer or once per
+/// kernel (the register forward), never once per element.
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable  // host callers pass host lambdas, device callers device ones
 #endif

@@ -248,6 +248,37 @@ def test_eikonal_double_backward_without_weight_penalty(compute_dtype, activatio
 
 
 @pytest.mark.parametrize("compute_dtype", COMPUTE)
+def test_double_backward_strided_grad_grad_weight(compute_dtype):
+    # The register kernels read V_k = dL2/d(grad_weight_k) through its strides as they stage it
+    # (Note [mlp staged conversion]): a penalty Σ g_0 gives V_0 as an expanded tensor (strides 0),
+    # one on g_1ᵀ a transposed view. The same bits as with those V made contiguous, and within
+    # 16-bit error of the float32 driver.
+    weights, biases = _network([3, 64, 64, 1])
+    x = _x(2049, 3)
+    m = torch.randn(64, 64, generator=torch.Generator().manual_seed(5), dtype=F64).float().cuda()
+
+    def grads(strided, **kw):
+        leaves = [t.detach().requires_grad_() for t in (x, *weights, *biases)]
+        y = fieldfuse.mlp(leaves[0], leaves[1:4], leaves[4:], activation="softplus",
+                          softplus_beta=5.0, **kw)
+        first = torch.autograd.grad(y.sum(), leaves[:4], create_graph=True)
+        if strided:
+            penalty = first[1].sum() + (first[2].t() * m).sum()
+        else:
+            ones = torch.ones_like(first[1])
+            penalty = (first[1] * ones).sum() + (first[2] * m.t().contiguous()).sum()
+        loss = (first[0].norm(dim=1) - 1).square().mean() + penalty
+        return torch.autograd.grad(loss, leaves)
+
+    ours = grads(True, compute_dtype=compute_dtype)
+    for a, b in zip(ours, grads(False, compute_dtype=compute_dtype)):
+        assert torch.equal(a, b)
+    tol = _tolerance(compute_dtype, len(weights))
+    for i, (a, b) in enumerate(zip(ours, grads(True))):
+        assert _rel(a, b) < tol, (i, _rel(a, b), tol)
+
+
+@pytest.mark.parametrize("compute_dtype", COMPUTE)
 def test_tile_kernels_every_order(compute_dtype):
     # An input wider than the warp-fused kernels take (padded width > 256) keeps 16-bit compute
     # on the tile kernels (Note [tensor-core engine]), in every order.
