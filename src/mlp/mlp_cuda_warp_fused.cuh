@@ -153,27 +153,43 @@ struct ConvertPart {
   int64_t count = 0;  ///< out_pad · in_pad
 };
 
-/// Every weight (and V) of a call, converted in one launch: one launch per layer cost about
-/// 16 µs of a 16-bit forward + backward of five layers on an H100, a launch gap each.
-struct ConvertParts {
-  ConvertPart parts[2 * kMaxLayers];
+/// A call's parts of one kind (ConvertPart, ReducePart), handled in one launch over their
+/// concatenation.
+template <class Part>
+struct Parts {
+  Part parts[2 * kMaxLayers];
   int num_parts = 0;
   int64_t total = 0;  ///< Σ count
+  void add(const Part& part) {
+    parts[num_parts++] = part;
+    total += part.count;
+  }
 };
 
-template <class S>
-__global__ void convert_weights_kernel(const __grid_constant__ ConvertParts c, S* dst) {
+/// f(part, e) for every element e of every part, the grid striding over their concatenation.
+template <class Part, class F>
+__device__ FF_FORCE_INLINE void for_each_part_element(const Parts<Part>& list, const F& f) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.total;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < list.total;
        i += stride) {
     int q = 0;
     int64_t e = i;
-    while (e >= c.parts[q].count) e -= c.parts[q++].count;
-    const ConvertPart& part = c.parts[q];
+    while (e >= list.parts[q].count) e -= list.parts[q++].count;
+    f(list.parts[q], e);
+  }
+}
+
+/// Every weight (and V) of a call, converted in one launch: one launch per layer cost about
+/// 16 µs of a 16-bit forward + backward of five layers on an H100, a launch gap each.
+using ConvertParts = Parts<ConvertPart>;
+
+template <class S>
+__global__ void convert_weights_kernel(const __grid_constant__ ConvertParts c, S* dst) {
+  for_each_part_element(c, [&](const ConvertPart& part, int64_t e) {
     const int64_t o = e / part.in_pad, k = e % part.in_pad;
     dst[part.dst + e] =
         static_cast<S>(o < part.out && k < part.in ? part.src[o * part.so + k * part.si] : 0.0f);
-  }
+  });
 }
 
 /// One parameter gradient the per-block partials are summed into: out[e] = Σ_b partials[b·slot_len
@@ -185,26 +201,16 @@ struct ReducePart {
 
 /// Every wanted dW and db of a call: one launch instead of one per gradient (at 5 layers, ten
 /// launches of a few microseconds each were a quarter of the 16-bit backward's budget).
-struct ReduceParts {
-  ReducePart parts[2 * kMaxLayers];
-  int num_parts = 0;
-  int64_t total = 0;  ///< Σ count
-};
+using ReduceParts = Parts<ReducePart>;
 
 static __global__ void reduce_parts_kernel(const __grid_constant__ ReduceParts r,
                                            const float* partials, int64_t slot_len, int blocks) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < r.total;
-       i += stride) {
-    int q = 0;
-    int64_t e = i;
-    while (e >= r.parts[q].count) e -= r.parts[q++].count;
-    const ReducePart& part = r.parts[q];
+  for_each_part_element(r, [&](const ReducePart& part, int64_t e) {
     const int64_t at = part.offset + (e / part.cols) * part.ld + e % part.cols;
     float sum = 0.0f;
     for (int b = 0; b < blocks; ++b) sum += partials[b * slot_len + at];
     part.out[e] = sum;
-  }
+  });
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800

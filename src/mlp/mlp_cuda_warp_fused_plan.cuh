@@ -416,25 +416,11 @@ void convert_weights(const Problem& p, const Args& a, S* dst, cudaStream_t strea
     const LayerView& v = p.layers[k];
     const Layer& l = a.layers[k];
     const int64_t count = static_cast<int64_t>(l.out_pad) * l.in_pad;
-    c.parts[c.num_parts++] = {static_cast<const float*>(v.weight),
-                              v.weight_stride_out,
-                              v.weight_stride_in,
-                              l.out,
-                              l.in,
-                              l.in_pad,
-                              l.w_ws,
-                              count};
-    c.total += count;
+    c.add({static_cast<const float*>(v.weight), v.weight_stride_out, v.weight_stride_in, l.out,
+           l.in, l.in_pad, l.w_ws, count});
     if (!l.has_v) continue;
-    c.parts[c.num_parts++] = {static_cast<const float*>(v.grad_grad_weight),
-                              v.grad_grad_weight_stride_out,
-                              v.grad_grad_weight_stride_in,
-                              l.out,
-                              l.in,
-                              l.in_pad,
-                              l.v_ws,
-                              count};
-    c.total += count;
+    c.add({static_cast<const float*>(v.grad_grad_weight), v.grad_grad_weight_stride_out,
+           v.grad_grad_weight_stride_in, l.out, l.in, l.in_pad, l.v_ws, count});
   }
   const int blocks = static_cast<int>(std::min<int64_t>(cuda::ceil_div(c.total, 256), 1024));
   convert_weights_kernel<S><<<blocks, 256, 0, stream>>>(c, dst);
@@ -498,9 +484,7 @@ void run(const Problem& p, const Plan& plan, Args a, void* workspace, Stream s, 
          static_cast<int64_t>(l.out) * l.in},
         {static_cast<float*>(v.grad_bias), l.db_slot, l.out, l.out, l.out}};
     for (const ReducePart& part : parts) {
-      if (part.out == nullptr || part.count == 0) continue;
-      r.parts[r.num_parts++] = part;
-      r.total += part.count;
+      if (part.out != nullptr && part.count != 0) r.add(part);
     }
   }
   if (r.total == 0) return;
