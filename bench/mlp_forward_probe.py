@@ -9,16 +9,22 @@ inputs" the same with the calls cycling through the four inputs. Then the forwar
 (Softplus β = 100, bench_mlp.py's loss), both eager and graphed. CUDA only; prints one line per
 case.
 
-    python3 bench/mlp_forward_probe.py
+``--widths 64`` limits the widths; ``--every-gradient`` makes each backward compute every
+gradient whose input requires grad, as before Note [gradients the pass uses] (for comparing the
+Eikonal step with and without it in one run).
+
+    python3 bench/mlp_forward_probe.py [--widths 64 16 ...] [--every-gradient]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 
 import torch
 
 import fieldfuse
+from fieldfuse import _registry
 
 BATCH = 1 << 18
 WIDTHS = (64, 16, 32, 128, 256)
@@ -152,13 +158,22 @@ def eikonal(compute: torch.dtype, device: torch.device) -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+    parser.add_argument("--every-gradient", action="store_true",
+                        help="backwards compute every gradient whose input requires grad")
+    args = parser.parse_args()
+    if args.every_gradient:  # every edge counts as used (Note [gradients the pass uses])
+        _registry._will_engine_execute_node = lambda node: True
     torch.manual_seed(0)
     device = torch.device("cuda")
-    for width in WIDTHS:
+    for width in args.widths:
         for compute in (torch.float16, torch.bfloat16):
             if width == 64 or compute == torch.float16:
                 print(inference(width, compute, device), flush=True)
-    for width in WIDTHS[:-1]:  # 256 keeps the warp-fused kernels
+    for width in args.widths:
+        if width == 256:  # keeps the warp-fused kernels
+            continue
         for compute in (torch.float16, torch.bfloat16):
             if width == 64 or compute == torch.float16:
                 print(forward_backward(width, compute, device), flush=True)

@@ -114,11 +114,13 @@ def needs_input_grad(ctx) -> tuple:
     """Which inputs need a gradient, one entry per input (a list of bools for a list of tensors),
     on either call path: the eager path's ``autograd.Function`` sees only the tensors, lists
     spliced in, so the per-input form is rebuilt here from the slots its forward recorded (only
-    for formulas that ask: most backward calls never need it)."""
+    for formulas that ask: most backward calls never need it). On the eager path an input whose
+    gradient the running backward pass will not use counts as not needing one (Note [gradients
+    the pass uses])."""
     eager = getattr(ctx, "ff", None)
     if eager is None:  # the library path: torch.library gives the per-input form
         return ctx.needs_input_grad
-    return tuple(_per_input(ctx.needs_input_grad, eager[1], list))
+    return tuple(_per_input(ctx, eager[1], False))
 
 
 def wants_input_grad(ctx) -> list[bool]:
@@ -129,24 +131,60 @@ def wants_input_grad(ctx) -> list[bool]:
     if eager is None:
         return [any(flag) if isinstance(flag, (list, tuple)) else bool(flag)
                 for flag in ctx.needs_input_grad]
-    return _per_input(ctx.needs_input_grad, eager[1], any)
+    return _per_input(ctx, eager[1], True)
 
 
-def _per_input(needs: tuple, slots, of_list) -> list:
-    """`needs` (the eager autograd.Function's, one per tensor after the box) per input, with
-    ``of_list(flags)`` for a list of tensors; a plain loop (half the time of a comprehension over
-    an iterator, 0.34 µs at K-Planes' six inputs)."""
+# Note [gradients the pass uses]
+# ``ctx.needs_input_grad`` says which inputs require grad; it does not say which gradients the
+# running backward pass will use. ``torch.autograd.grad(y, x, create_graph=True)`` (an Eikonal
+# term's input gradient) needs only x's, yet a custom Function is asked for the weights' too
+# (pytorch/pytorch#174017), and an MLP's or a hash grid's parameter gradient is the larger part
+# of its backward. PyTorch's own ops skip such outputs: the engine marks the nodes a pass will
+# execute (its graph task's exec_info), and ``torch._C._will_engine_execute_node(node)`` reads
+# that mark for the node an input's gradient flows into. On the eager path, whose
+# autograd.Function has one edge per tensor (``next_functions``, in order), the flags are narrowed
+# by it; the query raises for a leaf that ``torch.autograd.grad`` captures, one whose gradient is
+# asked for. Where at most one input requires grad nothing is asked: the node runs because some
+# input's gradient is used. Reading the edges and asking costs about 2 µs a backward (CPU), so
+# for a list of tensors wants_input_grad stops at the first one used. The library path keeps the
+# flags as they are: there the backward may be traced ahead of any pass (torch.compile), whose
+# compiler removes what nobody uses.
+_will_engine_execute_node = torch._C._will_engine_execute_node
+
+
+def _per_input(ctx, slots, any_of_list: bool) -> list:
+    """The eager autograd.Function's flags (``ctx.needs_input_grad``: the box, then one per tensor,
+    lists spliced in) per input: a bool for a tensor, and for a list of tensors a list of bools or,
+    with ``any_of_list``, whether any is set; narrowed to the gradients the running pass uses
+    (Note [gradients the pass uses])."""
+    needs = ctx.needs_input_grad
+    edges = ctx.next_functions if sum(needs) > 1 else None
+    if edges is not None and len(edges) != len(needs) - 1:
+        edges = None  # not one edge per tensor, as the eager path gives: keep the flags
+
+    def used(j: int) -> bool:
+        return needs[j] and (edges is None or _uses(edges[j - 1][0]))
+
     i, per_input = 1, []  # needs[0]: _EagerAutograd.forward's box
     for slot in slots:
         if slot is None:
             per_input.append(False)
         elif slot < 0:
-            per_input.append(needs[i])
+            per_input.append(used(i))
             i += 1
         else:
-            per_input.append(of_list(needs[i:i + slot]))
+            span = range(i, i + slot)
+            per_input.append(any(map(used, span)) if any_of_list else list(map(used, span)))
             i += slot
     return per_input
+
+
+def _uses(node) -> bool:
+    """Whether the running backward pass uses the gradient sent to `node` (an edge's node)."""
+    try:
+        return node is not None and _will_engine_execute_node(node)
+    except RuntimeError:  # a leaf that torch.autograd.grad captures: its gradient is asked for
+        return True
 
 
 # --- flattening: autograd.Function tracks only tensors passed directly, not lists of them -------

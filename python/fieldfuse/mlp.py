@@ -74,20 +74,14 @@ def _saved_network(ctx):
     return x, weights, biases, rest[ctx.num_layers + ctx.num_biases :]
 
 
-def _wants(flag) -> bool:
-    """needs_input_grad entry of a tensor or a tensor list."""
-    return any(flag) if isinstance(flag, (list, tuple)) else bool(flag)
-
-
 def _forward_setup(ctx, inputs, output):
     _save_network(ctx, inputs)
 
 
 def _forward_gradient(ctx, grad_out):
     x, weights, biases, _ = _saved_network(ctx)
-    needs = _registry.needs_input_grad(ctx)
-    want_x = _wants(needs[0])
-    want_params = _wants(needs[1]) or _wants(needs[2])
+    wants = _registry.wants_input_grad(ctx)
+    want_x, want_params = wants[0], wants[1] or wants[2]
     grad_x, grad_weights, grad_biases = _registry.call_in_backward(
         ctx, _ops["mlp_backward"], x, weights, biases, *ctx.options, grad_out, want_x, want_params)
     return ((grad_x if want_x else None), (grad_weights if want_params else None),
@@ -155,10 +149,9 @@ def _backward_gradient(ctx, grad_grad_x, grad_grad_weights, grad_grad_biases):
         if not upstream_weights and not upstream_biases:
             return (None,) * (3 + _NUM_OPTIONS + 3)
         grad_grad_x = torch.zeros_like(x)
-    needs = _registry.needs_input_grad(ctx)
-    want_x = _wants(needs[0])
-    want_params = _wants(needs[1]) or _wants(needs[2])
-    want_grad_out = _wants(needs[3 + _NUM_OPTIONS])
+    wants = _registry.wants_input_grad(ctx)
+    want_x, want_params = wants[0], wants[1] or wants[2]
+    want_grad_out = wants[3 + _NUM_OPTIONS]
     grad_grad_out, grad_x, grad_weights, grad_biases = _ops["mlp_double_backward"](
         x, weights, biases, *ctx.options, grad_out, grad_grad_x, upstream_weights,
         upstream_biases, want_grad_out, want_x, want_params)

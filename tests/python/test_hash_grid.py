@@ -319,6 +319,28 @@ def test_library_path_matches_eager_path(device, rng):
         _assert_same_table_gradient(a, b, device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_input_gradient_alone_skips_the_table_gradient(device, rng, monkeypatch):
+    # Note [gradients the pass uses]: torch.autograd.grad(y, x) asks the backward for the x
+    # gradient only (no table scatter); the gradient is the one of a pass that also wants the table.
+    backward = sys.modules["fieldfuse.hash_grid"]._ops["hash_grid_backward"]
+    wanted = []
+
+    def spy(*args):
+        wanted.append(list(args[-1]))
+        return backward.spec.impl(*args)
+
+    monkeypatch.setattr(backward, "run_eagerly", spy)
+    cfg = _config(2)
+    x = _away_from_borders(_points(rng, 40, 3, F64, device), cfg).requires_grad_()
+    params = _params(rng, _num_rows(3, cfg), 2, F64, device).requires_grad_()
+    weights = torch.rand(x.shape[0], 2 * cfg["n_levels"], dtype=F64, device=device)
+    (alone,) = torch.autograd.grad((fieldfuse.hash_grid(x, params, **cfg) * weights).sum(), x)
+    both = torch.autograd.grad((fieldfuse.hash_grid(x, params, **cfg) * weights).sum(), (x, params))
+    assert wanted == [[True, False], [True, True]]
+    assert_close(alone, both[0], rtol=0, atol=0)
+
+
 # --- CUDA: parity, float16, graphs ----------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from device_params import (CUDA_MARKS, DEVICES, F32, F64, FLOAT_DTYPES, capture_
                            cuda_only)
 
 import fieldfuse
+from fieldfuse import _registry
 from fieldfuse.mlp import ACTIVATIONS
 from fieldfuse.reference import mlp as ref
 
@@ -152,6 +153,42 @@ def test_eikonal_gradients_match_torch_sequential(device, dtype):
     for a, b in zip(ours, [theirs[0], *order]):
         torch.testing.assert_close(a, b, rtol=1e-4 if dtype == F32 else 1e-9,
                                    atol=1e-4 if dtype == F32 else 1e-9)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_eikonal_step_computes_only_the_gradients_it_uses(device, monkeypatch):
+    # Note [gradients the pass uses]: the input gradient with create_graph asks the backward for
+    # grad_x alone, and the step's parameter gradients ask neither backward for grad_x; the
+    # results are the library path's (which computes every gradient) to the bit.
+    mlp_ops = sys.modules["fieldfuse.mlp"]._ops
+    calls = []
+    for name in ("mlp_backward", "mlp_double_backward"):
+        op = mlp_ops[name]
+
+        def spy(*args, op=op, name=name):
+            calls.append((name, args[-3:] if name == "mlp_double_backward" else args[-2:]))
+            return op.spec.impl(*args)
+
+        monkeypatch.setattr(op, "run_eagerly", spy)
+    weights, biases = _network([3, 32, 32, 1], F64, device)
+    x = _x(33, 3, F64, device).requires_grad_()
+
+    def step():
+        params = [p.detach().requires_grad_() for p in (*weights, *biases)]
+        y = fieldfuse.mlp(x, params[:3], params[3:], activation="softplus", softplus_beta=10.0)
+        (grad,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        loss = (grad.norm(dim=1) - 1).square().mean() + y.abs().mean()
+        return torch.autograd.grad(loss, params)
+
+    ours = step()
+    # (want_x, want_params) of the two backwards; (want_grad_out, want_x, want_params) of the
+    # double backward
+    assert calls == [("mlp_backward", (True, False)), ("mlp_double_backward", (False, False, True)),
+                     ("mlp_backward", (False, True))]
+    with _registry.library_path():
+        library = step()
+    for a, b in zip(ours, library, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -218,3 +218,53 @@ def test_arguments_that_do_not_fit_the_plan_take_the_library_path():
         op(x, None, x, 1.0)  # a tensor where the schema has Tensor[]: torch's own schema error
     with pytest.raises((TypeError, RuntimeError)):
         op(x, None, [x])  # an argument short
+
+
+def test_eager_path_narrows_the_flags_to_the_gradients_the_pass_uses():
+    # Note [gradients the pass uses]: torch.autograd.grad(out, x) and backward(inputs=...) use
+    # some inputs' gradients only; the eager path's flags say so, the library path's keep
+    # requires_grad, and both give the same gradients.
+    seen = []
+    op = _plan_table("registry_test_plan_pass_uses", seen)
+    x, y = (torch.rand(4, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    zs = [torch.rand(4, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    weights = torch.rand(4, dtype=torch.float64)
+    for asked, needs in (
+        ([x], (True, False, [False, False, False], False)),
+        ([zs[1]], (False, False, [False, True, False], False)),
+        ([y, zs[2]], (False, True, [False, False, True], False)),
+        ([x, y, *zs], (True, True, [True, True, True], False)),
+    ):
+        grads, records = [], []
+        for call in (op, op.custom_op):
+            seen.clear()
+            grads.append(torch.autograd.grad((call(x, y, zs, 2.0) * weights).sum(), asked))
+            records.append(seen[0])
+        (eager_needs, eager_wants), (library_needs, _) = records
+        assert eager_needs == needs
+        assert eager_wants == [needs[0], needs[1], any(needs[2]), False]
+        assert library_needs[:2] == (True, True) and list(library_needs[2]) == [True] * 3
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # backward(inputs=...) and a plain backward, which uses every gradient.
+    seen.clear()
+    op(x, y, zs, 2.0).sum().backward(inputs=[zs[0]])
+    assert seen[0][0] == (False, False, [True, False, False], False)
+    seen.clear()
+    op(x, y, zs, 2.0).sum().backward()
+    assert seen[0][0] == (True, True, [True, True, True], False)
+
+
+def test_a_gradient_that_flows_on_through_other_nodes_counts_where_the_pass_uses_it():
+    seen = []
+    op = _plan_table("registry_test_plan_pass_uses_chain", seen)
+    leaf = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    x, y = leaf * 2, leaf.exp()  # edges into MulBackward0 and ExpBackward0, not leaves
+    z = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    torch.autograd.grad(op(x, y, [z], 1.0).sum(), z)
+    assert seen[-1][0] == (False, False, [True], False)
+    torch.autograd.grad(op(x, y, [z], 1.0).sum(), leaf)
+    assert seen[-1][0] == (True, True, [False], False)
+    (grad,) = torch.autograd.grad(op(x, y, [z], 1.0).sum(), y)  # captured where it enters y's node
+    assert seen[-1][0] == (False, True, [False], False)
+    torch.testing.assert_close(grad, torch.ones_like(grad), rtol=0, atol=0)
