@@ -507,6 +507,20 @@ def test_pose_gradients_are_refused_by_name(device, path, rng):
                 out.sum().backward()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_pose_that_requires_grad_is_fine_where_the_pass_does_not_use_its_gradient(device, rng):
+    # Note [gradients the pass uses]: the eager path refuses a pose gradient only where the
+    # running backward pass would use it, as PyTorch's ops raise "not implemented" derivatives.
+    x = _problem(rng, device, F64)
+    volume = x["volume"].clone().requires_grad_()
+    rotations = x["rotations"].clone().requires_grad_()
+    out = fieldfuse.project(volume, rotations, x["shifts"], detector_shape=(9, 13))
+    (grad,) = torch.autograd.grad(out.sum(), volume)
+    expected = fieldfuse.backproject(torch.ones_like(out), x["rotations"], x["shifts"],
+                                     volume_shape=volume.shape)
+    torch.testing.assert_close(grad, expected, rtol=0, atol=0)
+
+
 class _no_context:
     def __enter__(self):
         return None
