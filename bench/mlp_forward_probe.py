@@ -9,11 +9,12 @@ inputs" the same with the calls cycling through the four inputs. Then the forwar
 (Softplus β = 100, bench_mlp.py's loss), both eager and graphed. CUDA only; prints one line per
 case.
 
-``--widths 64`` limits the widths; ``--every-gradient`` makes each backward compute every
+``--widths 64`` limits the widths and ``--cases eikonal`` the cases; ``--every-gradient`` makes each backward compute every
 gradient whose input requires grad, as before Note [gradients the pass uses] (for comparing the
 Eikonal step with and without it in one run).
 
-    python3 bench/mlp_forward_probe.py [--widths 64 16 ...] [--every-gradient]
+    python3 bench/mlp_forward_probe.py [--widths 64 16 ...] [--cases inference fwdbwd eikonal]
+                                       [--every-gradient]
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from fieldfuse import _registry
 BATCH = 1 << 18
 WIDTHS = (64, 16, 32, 128, 256)
 ROTATION = 4
+CASES = ("inference", "fwdbwd", "eikonal")
 
 
 def median_ms(fn, reps: int = 100) -> float:
@@ -160,6 +162,7 @@ def eikonal(compute: torch.dtype, device: torch.device) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     parser.add_argument("--every-gradient", action="store_true",
                         help="backwards compute every gradient whose input requires grad")
     args = parser.parse_args()
@@ -167,18 +170,18 @@ def main() -> None:
         _registry._will_engine_execute_node = lambda node: True
     torch.manual_seed(0)
     device = torch.device("cuda")
-    for width in args.widths:
-        for compute in (torch.float16, torch.bfloat16):
-            if width == 64 or compute == torch.float16:
-                print(inference(width, compute, device), flush=True)
-    for width in args.widths:
-        if width == 256:  # keeps the warp-fused kernels
+    for case, run in (("inference", inference), ("fwdbwd", forward_backward)):
+        if case not in args.cases:
             continue
+        for width in args.widths:
+            if case == "fwdbwd" and width == 256:  # keeps the warp-fused kernels
+                continue
+            for compute in (torch.float16, torch.bfloat16):
+                if width == 64 or compute == torch.float16:
+                    print(run(width, compute, device), flush=True)
+    if "eikonal" in args.cases:
         for compute in (torch.float16, torch.bfloat16):
-            if width == 64 or compute == torch.float16:
-                print(forward_backward(width, compute, device), flush=True)
-    for compute in (torch.float16, torch.bfloat16):
-        print(eikonal(compute, device), flush=True)
+            print(eikonal(compute, device), flush=True)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,17 @@ struct FastMath {
   }
 };
 
+/// FastMath for a hidden layer's σ, whose value the next product takes rounded to 16 bits: log1p
+/// is __logf(1 + x) alone. Near 0 that is accurate to an absolute 2^-21.4 (CUDA's bound for
+/// __logf on [0.5, 2], plus the rounding of 1 + x) rather than relatively: a softplus of a very
+/// negative βp comes out a few 1e-7/β too large or small, a hundred times below the 16-bit
+/// rounding of the activations of order 1 it is summed with in the next product. Only σ's value
+/// uses log1p, so derivatives are FastMath's to the bit; the output layer's σ, written in
+/// float32, keeps FastMath.
+struct HiddenMath : FastMath {
+  static __device__ FF_FORCE_INLINE float log1p(float x) { return __logf(1.0f + x); }
+};
+
 /// The 32-bit pair (lo, hi) of 16-bit operands, lo in the low half (the lower column).
 template <class S>
 __device__ FF_FORCE_INLINE uint32_t pack_pair(float lo, float hi) {
@@ -365,13 +376,15 @@ __device__ FF_FORCE_INLINE void forward_product(const Layer& l, const S* wsm,
   forward_product_add<S, M, KT, NT>(l, wsm, A, C);
 }
 
-/// C += D · W_l over the layer's padded widths (the reverse sweep's product: D [16, out_pad] the
-/// layer's δ as A fragments, C [16, in_pad]), B fragments by ldmatrix.trans from the weight
-/// resident at `wsm` + l.w_sm. FixedKT / FixedNT (0: read from the layer) are out_pad / 16 and
-/// in_pad / 8 when the caller has checked them, as in forward_product_add.
-template <class S, int KT, int NT, int FixedKT = 0, int FixedNT = 0>
+/// C[m] += D[m] · W_l over the layer's padded widths (the reverse sweep's product: D[m]
+/// [16, out_pad] a δ as A fragments, C[m] [16, in_pad]), B fragments by ldmatrix.trans from the
+/// weight resident at `wsm` + l.w_sm, each loaded once for the M products (the double backward's
+/// q_k W and δ_k W). FixedKT / FixedNT (0: read from the layer) are out_pad / 16 and in_pad / 8
+/// when the caller has checked them, as in forward_product_add.
+template <class S, int M, int KT, int NT, int FixedKT = 0, int FixedNT = 0>
 __device__ FF_FORCE_INLINE void reverse_product_add(const Layer& l, const S* wsm,
-                                                    const uint32_t (&D)[KT][4], float (&C)[NT][4]) {
+                                                    const uint32_t (&D)[M][KT][4],
+                                                    float (&C)[M][NT][4]) {
   const int kt = FixedKT != 0 ? FixedKT : l.out_pad / 16;
   const int nt = FixedNT != 0 ? FixedNT : l.in_pad / 8;
   const int ldw = (FixedNT != 0 ? 8 * FixedNT : l.in_pad) + kSkew;
@@ -384,19 +397,39 @@ __device__ FF_FORCE_INLINE void reverse_product_add(const Layer& l, const S* wsm
       if (j >= nt) continue;
       uint32_t b[4];
       ldmatrix_x4_trans(b, w + 16 * kk * ldw + 8 * j);
-      mma_16816<S>(C[j], D[kk], b[0], b[1]);
-      mma_16816<S>(C[j + 1], D[kk], b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        mma_16816<S>(C[m][j], D[m][kk], b[0], b[1]);
+        mma_16816<S>(C[m][j + 1], D[m][kk], b[2], b[3]);
+      }
     }
   }
 }
 
-/// C = D · W_l.
-template <class S, int KT, int NT>
+/// C[m] = D[m] · W_l.
+template <class S, int M, int KT, int NT>
 __device__ FF_FORCE_INLINE void reverse_product(const Layer& l, const S* wsm,
-                                                const uint32_t (&D)[KT][4], float (&C)[NT][4]) {
+                                                const uint32_t (&D)[M][KT][4],
+                                                float (&C)[M][NT][4]) {
 #pragma unroll
-  for (int j = 0; j < NT; ++j) C[j][0] = C[j][1] = C[j][2] = C[j][3] = 0.0f;
-  reverse_product_add<S, KT, NT>(l, wsm, D, C);
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) C[m][j][0] = C[m][j][1] = C[m][j][2] = C[m][j][3] = 0.0f;
+  }
+  reverse_product_add<S, M, KT, NT>(l, wsm, D, C);
+}
+
+/// Row tile m of a fragment or accumulator array [M][N][4] as an array of one row tile, the
+/// shape the one-tile products take.
+template <class T, int M, int N>
+__device__ FF_FORCE_INLINE T (&row_tile(T (&x)[M][N][4], int m))[1][N][4] {
+  return *reinterpret_cast<T(*)[1][N][4]>(&x[m]);
+}
+
+/// The same for an array of one row tile's fragments [N][4].
+template <class T, int N>
+__device__ FF_FORCE_INLINE T (&row_tile(T (&x)[N][4]))[1][N][4] {
+  return *reinterpret_cast<T(*)[1][N][4]>(&x);
 }
 
 /// C = D · W_l with the tile counts picked (pick_tiles).
@@ -407,7 +440,8 @@ __device__ FF_FORCE_INLINE void reverse_layer_product(const Layer& l, const S* w
 #pragma unroll
   for (int j = 0; j < NT; ++j) C[j][0] = C[j][1] = C[j][2] = C[j][3] = 0.0f;
   pick_tiles<KT, NT, kPickBoth>(l.out_pad / 16, l.in_pad / 8, [&](auto kt, auto nt) {
-    reverse_product_add<S, KT, NT, decltype(kt)::value, decltype(nt)::value>(l, wsm, D, C);
+    reverse_product_add<S, 1, KT, NT, decltype(kt)::value, decltype(nt)::value>(l, wsm, row_tile(D),
+                                                                                row_tile(C));
   });
 }
 

@@ -33,9 +33,10 @@ namespace fieldfuse::detail::mlp::fused {
 // - dW_k += δ_kᵀ a_k over the block's R rows: δ_k goes to one of two 16-bit buffers, one block
 //   barrier, then each warp takes 16×16 tiles of dW_k (round robin) and runs the R/16 products
 //   with both operands by ldmatrix.trans, adding the float32 result to the block's slot in the
-//   workspace (L2-resident, each tile owned by one warp; the slots are summed in block order
-//   afterwards, as for the warp-fused kernels). The two buffers let the next layer's δ be written
-//   while other warps still read this one, so one barrier per layer suffices.
+//   workspace by a reduction in L2 (add_to_slot; each tile owned by one warp, so the order of
+//   the adds is fixed; the slots are summed in block order afterwards, as for the warp-fused
+//   kernels). The two buffers let the next layer's δ be written while other warps still read
+//   this one, so one barrier per layer suffices.
 // The arithmetic is the warp-fused backward's: 16-bit a_k, δ_k and weights in every product,
 // float32 accumulation, σ′ and δ in float32, db from the float32 δ.
 //
@@ -125,11 +126,25 @@ struct RowProduct {
   int ld_right;
 };
 
+/// Adds (x, y) to the float pair at `at` of the block's dW slot in global memory, which no other
+/// lane adds to: a reduction carried out in L2, which the lane does not wait for (it used to load
+/// the old pair, a round trip to L2 per tile, and store the sum). The adds of one lane to one
+/// address take effect in its program order, so every sum keeps its order and its bits.
+__device__ FF_FORCE_INLINE void add_to_slot(float* at, float x, float y) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(at), make_float2(x, y));
+#else
+  atomicAdd(at, x);
+  atomicAdd(at + 1, y);
+#endif
+}
+
 /// dW_l += Σ_terms δᵀ a over the block's R rows, 16×16 tiles of dW split across the warps, the
-/// sum added to the block's float32 accumulator [out_pad, in_pad + kDwSkew] at `acc`. The tiles
-/// go round robin from warp l.dw_first, which the plan moves on by each layer's tile count, so
-/// that over the layers of a sweep every warp gets its share (starting each layer at warp 0 gave
-/// warp 0 eight of the 60 tiles of 32 → 64×4 → 16 and warp 11 three).
+/// sum added to the block's float32 accumulator [out_pad, in_pad + kDwSkew] at `acc` (global
+/// memory, add_to_slot). The tiles go round robin from warp l.dw_first, which the plan moves on
+/// by each layer's tile count, so that over the layers of a sweep every warp gets its share
+/// (starting each layer at warp 0 gave warp 0 eight of the 60 tiles of 32 → 64×4 → 16 and warp
+/// 11 three).
 template <class S, int N>
 __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int rows, int warps,
                                                            const RowProduct<S> (&terms)[N],
@@ -141,15 +156,7 @@ __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int r
   if (tile < 0) tile += warps;
   for (; tile < tiles; tile += warps) {
     const int o0 = tile / nt * 16, i0 = tile % nt * 16;
-    float* at = acc + l.dw_acc + (o0 + g) * ld + i0 + 2 * t;
-    // The old sums first: their latency hides behind the products.
-    float2 old[4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      old[2 * h] = *reinterpret_cast<const float2*>(at + 8 * h);
-      old[2 * h + 1] = *reinterpret_cast<const float2*>(at + 8 * ld + 8 * h);
-    }
-    float c[2][4] = {};
+    float c[2][4] = {};  // columns 0–7, 8–15
 #pragma unroll
     for (int q = 0; q < N; ++q) {
       const RowProduct<S>& term = terms[q];
@@ -167,12 +174,11 @@ __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int r
         mma_16816<S>(c[1], af, bf[2], bf[3]);
       }
     }
+    float* at = acc + l.dw_acc + (o0 + g) * ld + i0 + 2 * t;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      *reinterpret_cast<float2*>(at + 8 * h) =
-          make_float2(old[2 * h].x + c[h][0], old[2 * h].y + c[h][1]);
-      *reinterpret_cast<float2*>(at + 8 * ld + 8 * h) =
-          make_float2(old[2 * h + 1].x + c[h][2], old[2 * h + 1].y + c[h][3]);
+    for (int h = 0; h < 2; ++h) {  // columns i0 + 8h + 2t, +1; rows g and g + 8
+      add_to_slot(at + 8 * h, c[h][0], c[h][1]);
+      add_to_slot(at + 8 * ld + 8 * h, c[h][2], c[h][3]);
     }
   }
 }
@@ -214,6 +220,10 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
   float* acc = begin_partials<S, true>(a, smem);  // its barrier also publishes the biases
   const int L = a.num_layers, rows = 16 * a.warps, ldd = a.ld_g;
   const int local = 16 * warp_id();  // the warp's first row in the block's buffers
+  // Only the dW products read other warps' rows; without them (an input gradient alone, Note
+  // [gradients the pass uses]) the warps need not wait for each other between tiles.
+  bool shared_rows = false;
+  for (int k = 0; k < L; ++k) shared_rows = shared_rows || a.layers[k].want_dw;
   for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
     const int64_t row0 = tile * rows + local;
     // Forward: a_0 .. a_{L−1} into the activation buffer; A ends holding a_{L−1}.
@@ -288,8 +298,9 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
         }
       });
     }
-    __syncthreads();  // the next tile overwrites the activations other warps just read
+    if (shared_rows) __syncthreads();  // the next tile overwrites rows other warps just read
   }
+  if (!shared_rows) __syncthreads();  // end_partials sums every warp's db partial
   end_partials(a, smem, acc);
 }
 

@@ -37,9 +37,13 @@ namespace fieldfuse::detail::mlp::fused {
 // workspace for the larger of the two layouts, since the workspace query does not know the V_k.
 // The arithmetic is the warp-fused double backward's: 16-bit a_k, t_k, δ_k, q_k, W_k and V_k in
 // every product, float32 accumulation, σ′, σ″, u_k and the elementwise sweeps in float32.
+// The products that share a weight run together (p_k and u_k from a_k and t_k, r_{k−1} and
+// g_{k−1} from q_k and δ_k: two row tiles of one product, so each weight fragment is loaded once
+// for both), and the biases are staged in shared memory as in the register backward (they were
+// two guarded global loads per column pair and sweep).
 
-/// Warps per block: the kernel takes 255 registers a lane (ptxas spills 40 bytes), which 8 warps
-/// fit in one SM's register file.
+/// Warps per block: the kernel takes 255 registers a lane (no spill), which 8 warps fit in one
+/// SM's register file.
 constexpr int kRegisterDoubleWarps = 8;
 
 /// σ″ = 0 everywhere (the curvature term vanishes).
@@ -54,23 +58,24 @@ __device__ FF_FORCE_INLINE float tangent_bias_of(const Layer& l, int col) {
   return l.c != nullptr && col < l.out ? l.c[col * l.c_stride] : 0.0f;
 }
 
-/// P = a Wᵀ and, unless `primal_only`, U = t Wᵀ + a Vᵀ + c (the forward sweep's products; biases
-/// not added to P).
+/// PU[0] = P = a Wᵀ and, unless `primal_only`, PU[1] = U = t Wᵀ + a Vᵀ + c (the sweeps'
+/// products, from AT = {a, t}; biases not added to P). P and U share each weight fragment load.
 template <class S, int KT, int NT>
 __device__ FF_FORCE_INLINE void tangent_products(const Layer& l, const S* wsm, const S* vsm,
-                                                 const uint32_t (&A)[1][KT][4],
-                                                 const uint32_t (&T)[1][KT][4], bool primal_only,
-                                                 float (&P)[1][NT][4], float (&U)[1][NT][4]) {
-  forward_product<S, 1, KT, NT>(l, wsm, A, P);
-  if (primal_only) return;
-  forward_product<S, 1, KT, NT>(l, wsm, T, U);
-  if (l.has_v) forward_product_add<S, 1, KT, NT>(l, vsm, A, U);
+                                                 const uint32_t (&AT)[2][KT][4], bool primal_only,
+                                                 float (&PU)[2][NT][4]) {
+  if (primal_only) {
+    forward_product<S, 1, KT, NT>(l, wsm, row_tile(AT, 0), row_tile(PU, 0));
+    return;
+  }
+  forward_product<S, 2, KT, NT>(l, wsm, AT, PU);
+  if (l.has_v) forward_product_add<S, 1, KT, NT>(l, vsm, row_tile(AT, 0), row_tile(PU, 1));
   const int t = lane_id() & 3;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const float c0 = tangent_bias_of(l, 8 * j + 2 * t), c1 = tangent_bias_of(l, 8 * j + 2 * t + 1);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) U[0][j][e] += (e & 1) ? c1 : c0;
+    for (int e = 0; e < 4; ++e) PU[1][j][e] += (e & 1) ? c1 : c0;
   }
 }
 
@@ -87,16 +92,20 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
   const S* vsm = reinterpret_cast<const S*>(smem + a.v_sm);
   S* acts = reinterpret_cast<S*>(smem + a.acts);
   S* tans = reinterpret_cast<S*>(smem + a.tans);
+  float* bsm = reinterpret_cast<float*>(smem + a.bias_sm);
   float* db = reinterpret_cast<float*>(smem + a.warp_base + warp_id() * a.warp_bytes + a.dbs);
   if (a.v_sm != 0) stage_weights<true>(a, reinterpret_cast<S*>(smem + a.v_sm), true);
-  float* acc = begin_partials<S, true>(a, smem);  // its barrier also publishes the V copies
+  stage_biases<MW>(a, bsm);
+  float* acc = begin_partials<S, true>(a, smem);  // its barrier also publishes V and the biases
   const int L = a.num_layers, rows = 16 * a.warps;
   const int local = 16 * warp_id();  // the warp's first row in the block's buffers
   const int g = lane_id() >> 2, t = lane_id() & 3;
   for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
     const int64_t row0 = tile * rows + local;
     // Forward sweep: a_k, t_k into the buffers, t_L into grad_grad_out.
-    uint32_t A[1][KT][4], T[1][KT][4];
+    uint32_t AT[2][KT][4];  // a_k and t_k as A fragments
+    auto& A = row_tile(AT, 0);
+    auto& T = row_tile(AT, 1);
     load_input_fragments<S, 1, KT>(a, row0, A);
     load_input_fragments<S, 1, KT>(a, a.grad_grad_x, a.ggx_sr, a.ggx_sc, row0, T);
     for (int k = 0; k < L; ++k) {
@@ -106,20 +115,23 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
       store_fragments(T[0], l.in_pad / 16, tans + l.a_sm + local * ld, ld_bytes);
       const bool last = k + 1 == L;
       if (last && a.grad_grad_out == nullptr) break;
-      float P[1][NT][4], U[1][NT][4];
-      tangent_products<S, KT, NT>(l, wsm, vsm, A, T, false, P, U);
+      float PU[2][NT][4];
+      tangent_products<S, KT, NT>(l, wsm, vsm, AT, false, PU);
+      auto& P = row_tile(PU, 0);
+      auto& U = row_tile(PU, 1);
       const int nt = l.out_pad / 8;
-      visit_activation<float, FastMath>(last ? a.output : a.hidden, a.params, [&](auto act) {
+      // The last layer takes σ′ alone (its σ is not needed), so HiddenMath serves it too.
+      visit_activation<float, HiddenMath>(last ? a.output : a.hidden, a.params, [&](auto act) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           if (j >= nt) continue;
           const int c = 8 * j + 2 * t;
-          const float b0 = bias_of(l, c), b1 = bias_of(l, c + 1);
+          const float2 b = *reinterpret_cast<const float2*>(bsm + k * MW + c);
           float y[4], tv[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int col = c + (e & 1);
-            const float p = P[0][j][e] + ((e & 1) ? b1 : b0);
+            const float p = P[0][j][e] + ((e & 1) ? b.y : b.x);
             const float d1 = act.d1(p);
             if (last) {
               const int64_t row = row0 + g + 8 * (e >> 1);
@@ -164,16 +176,18 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
         const bool linear = is_piecewise_linear(kind);
         load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
         if (!linear) load_fragments(t_k + local * ld, ld, l.in_pad / 16, T[0]);
-        float P[1][NT][4], U[1][NT][4];
-        tangent_products<S, KT, NT>(l, wsm, vsm, A, T, linear, P, U);
+        float PU[2][NT][4];
+        tangent_products<S, KT, NT>(l, wsm, vsm, AT, linear, PU);
+        auto& P = row_tile(PU, 0);
+        auto& U = row_tile(PU, 1);
         visit_activation<float, FastMath>(kind, a.params, [&](auto act) {
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
             if (j >= nt) continue;
-            const float b0 = bias_of(l, 8 * j + 2 * t), b1 = bias_of(l, 8 * j + 2 * t + 1);
+            const float2 b = *reinterpret_cast<const float2*>(bsm + k * MW + 8 * j + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const Derivs<float> d = act.all(P[0][j][e] + ((e & 1) ? b1 : b0));
+              const Derivs<float> d = act.all(P[0][j][e] + ((e & 1) ? b.y : b.x));
               const float gk = G[0][j][e];
               G[0][j][e] = gk * d.d1;
               R[0][j][e] = R[0][j][e] * d.d1 + (linear ? 0.0f : gk * d.d2 * U[0][j][e]);
@@ -182,29 +196,29 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
         });
       }
       if (l.want_db) add_column_sums(R[0], Runtime{nt}, db + l.db_sm);
-      uint32_t D[1][KT][4], Q[1][KT][4];
-      to_fragments<S>(
-          G, nt, l.out, [](float v) { return v; }, D);
-      to_fragments<S>(
-          R, nt, l.out, [](float v) { return v; }, Q);
-      if (k > 0 || a.grad_x != nullptr) {
+      uint32_t QD[2][KT][4];  // q_k and δ_k as A fragments
+      auto& Q = row_tile(QD, 0);
+      auto& D = row_tile(QD, 1);
+      // Padding columns of δ and q are 0 already, as in the register backward: g and r are 0
+      // there (grad_out, or the zero-padded weight columns of the layer above), and so is u.
+      pack_fragments<S>(G[0], Runtime{nt}, D[0]);
+      pack_fragments<S>(R[0], Runtime{nt}, Q[0]);
+      if (k == 0 && a.grad_x != nullptr) {  // r_{−1} = q_0 W + δ_0 V is grad_x
         float N[1][NT][4];
-        reverse_product<S, KT, NT>(l, wsm, Q[0], N[0]);  // r_{k−1}
-        if (l.has_v) reverse_product_add<S, KT, NT>(l, vsm, D[0], N[0]);
-        if (k == 0) {
-          store_rows(N, l.in_pad / 8, row0, a.batch, l.in, a.grad_x, l.in,
-                     [](float v) { return v; });
-        } else {
+        reverse_product<S, 1, KT, NT>(l, wsm, Q, N);
+        if (l.has_v) reverse_product_add<S, 1, KT, NT>(l, vsm, D, N);
+        store_rows(N, l.in_pad / 8, row0, a.batch, l.in, a.grad_x, l.in, [](float v) { return v; });
+      } else if (k > 0) {
+        // r_{k−1} = q_k W + δ_k V and g_{k−1} = δ_k W, one load of each W fragment for both
+        float N[2][NT][4];
+        reverse_product<S, 2, KT, NT>(l, wsm, QD, N);
+        if (l.has_v) reverse_product_add<S, 1, KT, NT>(l, vsm, D, row_tile(N, 0));
 #pragma unroll
-          for (int j = 0; j < NT; ++j) {
+        for (int j = 0; j < NT; ++j) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) R[0][j][e] = N[0][j][e];
-          }
-          reverse_product<S, KT, NT>(l, wsm, D[0], N[0]);  // g_{k−1}
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) G[0][j][e] = N[0][j][e];
+          for (int e = 0; e < 4; ++e) {
+            R[0][j][e] = N[0][j][e];
+            G[0][j][e] = N[1][j][e];
           }
         }
       }

@@ -141,7 +141,7 @@ __device__ FF_FORCE_INLINE void hidden_layer(const Args& a, const Layer& l, cons
                                              const float* bias, uint32_t (&A)[M][MW / 16][4]) {
   float C[M][MW / 8][4];
   layer_product<S, M, MW / 16, MW / 8, kPickK>(l, wsm, A, C, bias);
-  visit_activation<float, FastMath>(
+  visit_activation<float, HiddenMath>(
       a.hidden, a.params, [&](const auto& act) { activate_into<S, M, MW>(l, C, act, A); });
 }
 
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(32 * ForwardShape<MW>::kWarps, 1)
     }
   };
   if constexpr (ForwardShape<MW>::kHoisted) {
-    visit_activation<float, FastMath>(a.hidden, a.params, tile_loop);
+    visit_activation<float, HiddenMath>(a.hidden, a.params, tile_loop);
   } else {
     tile_loop(RuntimeHidden{});
   }

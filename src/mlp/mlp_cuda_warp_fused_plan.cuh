@@ -192,19 +192,23 @@ void register_double_backward_plan(const Problem& p, std::size_t weight_bytes, b
   Plan plan = result;  // committed only when it works out
   Args& a = plan.args;
   const std::size_t db_bytes = align128(db_len * sizeof(float));
+  const std::size_t bias_bytes =
+      align128(static_cast<std::size_t>(p.num_layers) * MW * sizeof(float));
   const int top_ld = a.layers[a.num_layers - 1].out_pad + kSkew;
   for (int warps = kRegisterDoubleWarps; warps >= 2; warps -= 2) {
     const int rows = 16 * warps;
     const std::size_t v_bytes = stage_v ? weight_bytes : 0;
     const std::size_t acts = align128(rows * act_row_elems * sizeof(S));
     const std::size_t top = align128(static_cast<std::size_t>(rows) * top_ld * sizeof(S));
-    const std::size_t bytes = weight_bytes + v_bytes + 2 * acts + 2 * top + warps * db_bytes;
+    const std::size_t bytes =
+        weight_bytes + v_bytes + bias_bytes + 2 * acts + 2 * top + warps * db_bytes;
     if (bytes > static_cast<std::size_t>(optin)) continue;
     a.register_width = MW;
     a.warps = warps;
     a.v_sm = stage_v ? static_cast<int>(weight_bytes) : 0;
     std::size_t at = weight_bytes + v_bytes;
-    a.acts = static_cast<int>(at);
+    a.bias_sm = static_cast<int>(at);
+    a.acts = static_cast<int>(at += bias_bytes);
     a.tans = static_cast<int>(at += acts);
     a.g0 = static_cast<int>(at += acts);
     a.g1 = static_cast<int>(at += top);

@@ -182,9 +182,10 @@ def test_eikonal_step_computes_only_the_gradients_it_uses(device, monkeypatch):
 
     ours = step()
     # (want_x, want_params) of the two backwards; (want_grad_out, want_x, want_params) of the
-    # double backward
-    assert calls == [("mlp_backward", (True, False)), ("mlp_double_backward", (False, False, True)),
-                     ("mlp_backward", (False, True))]
+    # double backward. The engine may run the last two in either order (it does on CUDA).
+    assert calls[0] == ("mlp_backward", (True, False))
+    assert sorted(calls[1:]) == [("mlp_backward", (False, True)),
+                                 ("mlp_double_backward", (False, False, True))]
     with _registry.library_path():
         library = step()
     for a, b in zip(ours, library, strict=True):

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The MLP family's GPU check in one device call: builds the package, runs the MLP and hash-grid
+# CUDA tests, then bench/mlp_forward_probe.py (width 64, with and without Note [gradients the pass
+# uses]) and bench/profile_mlp.py. Logs go to $OUT (the device tool's folder) or build/gpu_mlp.
+# Where the machine lacks KissFFT and Eigen (Debian's libkissfft-dev, libkissfft-float131,
+# libeigen3-dev), a folder .deps/ with those packages unpacked (dpkg -x) is used as a prefix.
+out=${OUT:-build/gpu_mlp}; mkdir -p "$out"; OUT=$out
+if [ -d .deps/usr ]; then
+  export CMAKE_PREFIX_PATH="$PWD/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+set -o pipefail; export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/summary.log
+date -u +%T | tee -a $OUT/summary.log
+(time python3 -m pip install -q --no-build-isolation --no-deps .) > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
+tail -4 $OUT/build.log | tee -a $OUT/summary.log; date -u +%T | tee -a $OUT/summary.log
+python3 -m pytest -q -p no:cacheprovider -n 6 -k "cuda or float16 or bfloat16 or device_mismatch" tests/python/test_mlp_tensor_core.py tests/python/test_mlp.py tests/python/test_mlp_errors.py tests/python/test_mlp_readout.py tests/python/test_mlp_nn.py tests/python/test_hash_grid_mlp.py tests/python/test_hash_grid.py > $OUT/pytest.log 2>&1
+grep -E "FAILED|ERROR" $OUT/pytest.log | head -20 | tee -a $OUT/summary.log; tail -1 $OUT/pytest.log | tee -a $OUT/summary.log; date -u +%T | tee -a $OUT/summary.log
+python3 bench/mlp_forward_probe.py --widths 64 2>&1 | tee -a $OUT/summary.log
+python3 bench/mlp_forward_probe.py --cases eikonal --every-gradient 2>&1 | sed 's/^/every-gradient /' | tee -a $OUT/summary.log
+python3 bench/profile_mlp.py 2>&1 | tee -a $OUT/summary.log; date -u +%T | tee -a $OUT/summary.log
