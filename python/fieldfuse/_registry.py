@@ -158,7 +158,7 @@ def _per_input(ctx, slots, any_of_list: bool) -> list:
     with ``any_of_list``, whether any is set; narrowed to the gradients the running pass uses
     (Note [gradients the pass uses])."""
     needs = ctx.needs_input_grad
-    edges = ctx.next_functions if sum(needs) > 1 else None
+    edges = ctx.next_functions if needs.count(True) > 1 else None
     if edges is not None and len(edges) != len(needs) - 1:
         edges = None  # not one edge per tensor, as the eager path gives: keep the flags
 
