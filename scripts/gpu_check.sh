@@ -6,6 +6,7 @@
 # Usage: bash scripts/gpu_check.sh [--no-bench] [--no-tests] [extra pytest args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu_deps.sh  # KissFFT and Eigen where the machine lacks them
 out=${OUT:-build/gpu_check}
 mkdir -p "$out"
 py=${PYTHON:-python3}

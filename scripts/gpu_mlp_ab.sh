@@ -5,10 +5,8 @@
 # tree copied to .baseline/ (e.g. `git archive <rev> | tar -x -C .baseline`) and times it with
 # this tree's bench/mlp_forward_probe.py and bench/profile_mlp.py. Logs go to $OUT.
 out=${OUT:-build/gpu_mlp_ab}; mkdir -p "$out"; OUT=$(cd "$out" && pwd)
-if [ -d .deps/usr ]; then  # KissFFT and Eigen where the machine lacks them (gpu_mlp_check.sh)
-  export CMAKE_PREFIX_PATH="$PWD/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+cd "$(dirname "$0")/.."
+source scripts/gpu_deps.sh
 set -o pipefail; export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/summary.log
 python3 -m pip install -q --no-build-isolation --no-deps . > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }

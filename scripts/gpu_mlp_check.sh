@@ -3,13 +3,10 @@
 # The MLP family's GPU check in one device call: builds the package, runs the MLP and hash-grid
 # CUDA tests, then bench/mlp_forward_probe.py (width 64, with and without Note [gradients the pass
 # uses]) and bench/profile_mlp.py. Logs go to $OUT (the device tool's folder) or build/gpu_mlp.
-# Where the machine lacks KissFFT and Eigen (Debian's libkissfft-dev, libkissfft-float131,
-# libeigen3-dev), a folder .deps/ with those packages unpacked (dpkg -x) is used as a prefix.
+# KissFFT and Eigen come from .deps/ where the machine lacks them (scripts/gpu_deps.sh).
 out=${OUT:-build/gpu_mlp}; mkdir -p "$out"; OUT=$out
-if [ -d .deps/usr ]; then
-  export CMAKE_PREFIX_PATH="$PWD/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+cd "$(dirname "$0")/.."
+source scripts/gpu_deps.sh
 set -o pipefail; export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/summary.log
 date -u +%T | tee -a $OUT/summary.log

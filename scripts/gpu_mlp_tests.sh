@@ -3,12 +3,10 @@
 # The shortest GPU check of the MLP family: builds the package and runs the pytest -k expression in
 # $TESTS (default "cuda") over the MLP and hash-grid test files. Logs go to $OUT or
 # build/gpu_mlp_tests. KissFFT and Eigen come from .deps/ where the machine lacks them
-# (scripts/gpu_mlp_check.sh).
+# (scripts/gpu_deps.sh).
 out=${OUT:-build/gpu_mlp_tests}; mkdir -p "$out"; OUT=$(cd "$out" && pwd)
-if [ -d .deps/usr ]; then
-  export CMAKE_PREFIX_PATH="$PWD/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+cd "$(dirname "$0")/.."
+source scripts/gpu_deps.sh
 set -o pipefail; export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/summary.log"
 python3 -m pip install -q --no-build-isolation --no-deps . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
