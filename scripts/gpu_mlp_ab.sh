@@ -8,10 +8,11 @@ out=${OUT:-build/gpu_mlp_ab}; mkdir -p "$out"; OUT=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
 source scripts/gpu_deps.sh
 set -o pipefail; export PYTHONUNBUFFERED=1
+workers=$(python3 -c 'import xdist' 2>/dev/null && echo "-n 4")  # pytest-xdist, where present
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/summary.log
 python3 -m pip install -q --no-build-isolation --no-deps . > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
 date -u +%T | tee -a $OUT/summary.log
-python3 -m pytest -q -p no:cacheprovider -n 4 -k "${TESTS:-cuda}" tests/python/test_mlp.py tests/python/test_mlp_tensor_core.py tests/python/test_hash_grid.py > $OUT/pytest.log 2>&1
+python3 -m pytest -q -p no:cacheprovider $workers -k "${TESTS:-cuda}" tests/python/test_mlp.py tests/python/test_mlp_tensor_core.py tests/python/test_hash_grid.py > $OUT/pytest.log 2>&1
 grep -E "FAILED|ERROR" $OUT/pytest.log | head | tee -a $OUT/summary.log; tail -1 $OUT/pytest.log | tee -a $OUT/summary.log
 (cd .baseline && python3 -m pip install -q --no-build-isolation --no-deps . > "$OUT/build_baseline.log" 2>&1) || { tail -40 $OUT/build_baseline.log; exit 1; }
 date -u +%T | tee -a $OUT/summary.log
