@@ -9,9 +9,9 @@ inputs" the same with the calls cycling through the four inputs. Then the forwar
 (Softplus β = 100, bench_mlp.py's loss), both eager and graphed. CUDA only; prints one line per
 case.
 
-``--widths 64`` limits the widths and ``--cases eikonal`` the cases; ``--every-gradient`` makes each backward compute every
-gradient whose input requires grad, as before Note [gradients the pass uses] (for comparing the
-Eikonal step with and without it in one run).
+``--widths 64`` limits the widths and ``--cases eikonal`` the cases; ``--every-gradient`` makes
+each backward compute every gradient whose input requires grad, as before Note [gradients the
+pass uses] (for comparing the Eikonal step with and without it in one run).
 
     python3 bench/mlp_forward_probe.py [--widths 64 16 ...] [--cases inference fwdbwd eikonal]
                                        [--every-gradient]

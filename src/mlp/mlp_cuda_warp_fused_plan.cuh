@@ -69,6 +69,12 @@ int blocks_per_sm(const Problem& p, Kernel kernel, int threads, std::size_t smem
   return per_sm;
 }
 
+/// The bytes of the register kernels' staged biases ([num_layers, MW] float32, stage_biases).
+template <int MW>
+std::size_t staged_bias_bytes(const Problem& p) {
+  return static_cast<std::size_t>(p.num_layers) * MW * sizeof(float);
+}
+
 /// The register forward's plan (Note [mlp register forward]): the weights resident in shared
 /// memory, blocks of ForwardShape<MW>::kWarps warps, a warp tile of 16 rows.
 template <class S, int MW>
@@ -84,7 +90,7 @@ void register_forward_plan(const Problem& p, std::size_t weight_bytes, int optin
   plan.total = 1;
   a.tiles = (p.batch + 15) / 16;
   a.bias_sm = static_cast<int>(align128(weight_bytes));
-  plan.smem = a.bias_sm + static_cast<std::size_t>(p.num_layers) * MW * sizeof(float);
+  plan.smem = a.bias_sm + staged_bias_bytes<MW>(p);
   // Staged input rows when they fit (Note [mlp staged input rows]).
   const std::size_t stage_at = align128(plan.smem);
   const std::size_t stage_bytes =
@@ -158,8 +164,7 @@ void register_backward_plan(const Problem& p, std::size_t weight_bytes, int64_t 
   Plan plan = result;  // committed only when it works out
   Args& a = plan.args;
   const std::size_t db_bytes = align128(db_len * sizeof(float));
-  const std::size_t bias_bytes =
-      align128(static_cast<std::size_t>(p.num_layers) * MW * sizeof(float));
+  const std::size_t bias_bytes = align128(staged_bias_bytes<MW>(p));
   for (int warps = kRegisterWarps; warps >= 4; warps -= 4) {
     const int rows = 16 * warps;
     const std::size_t acts = align128(rows * act_row_elems * sizeof(S));
@@ -192,8 +197,7 @@ void register_double_backward_plan(const Problem& p, std::size_t weight_bytes, b
   Plan plan = result;  // committed only when it works out
   Args& a = plan.args;
   const std::size_t db_bytes = align128(db_len * sizeof(float));
-  const std::size_t bias_bytes =
-      align128(static_cast<std::size_t>(p.num_layers) * MW * sizeof(float));
+  const std::size_t bias_bytes = align128(staged_bias_bytes<MW>(p));
   const int top_ld = a.layers[a.num_layers - 1].out_pad + kSkew;
   for (int warps = kRegisterDoubleWarps; warps >= 2; warps -= 2) {
     const int rows = 16 * warps;
