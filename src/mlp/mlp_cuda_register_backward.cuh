@@ -183,22 +183,26 @@ __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int r
   }
 }
 
-/// For a hidden ReLU, σ′(p_k) = [a_{k+1} > 0]: calls gate(j, e, on) for this lane's elements of
-/// accumulator tiles j < nt (a Constant or Runtime count), from the warp's 16 rows of the stored
-/// 16-bit a_{k+1} at `next`.
-template <class S, int KT, int NT, class Count, class Gate>
-__device__ FF_FORCE_INLINE void for_each_relu_gate(const S* next, int ld, Count nt,
-                                                   const Gate& gate) {
-  uint32_t Y[KT][4];
-  load_fragments(next, ld, nt.value / 2, Y);
+/// Calls visit(j, e, v) for this lane's elements (j, e) of accumulator tiles j < nt (a Constant or
+/// Runtime count), v being that element of the warp's 16 stored 16-bit rows at `rows` (pitch ld),
+/// in float32: how a reverse sweep reads a_{k+1} where σ′(p_k) follows from it (a hidden ReLU's
+/// gate). One fragment is live at a time: loading all of them up front made the register backward
+/// spill (292 bytes of spill loads at 168 registers, none now).
+template <class S, int KT, int NT, class Count, class Visit>
+__device__ FF_FORCE_INLINE void for_each_stored_value(const S* rows, int ld, Count nt,
+                                                      const Visit& visit) {
+  static_assert(2 * KT == NT, "two accumulator tiles to a fragment's 16 columns");
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    if (j >= nt.value) continue;
+  for (int kk = 0; kk < KT; ++kk) {  // one fragment of each buffer live at a time
+    if (2 * kk >= nt.value) continue;
+    uint32_t Y[4];
+    ldmatrix_x4(Y, rows_then_cols(rows, ld) + 16 * kk);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // rows g, g + 8
-      const float2 y = unpack_pair<S>(Y[j / 2][2 * (j % 2) + h]);
-      gate(j, 2 * h, y.x > 0.0f);
-      gate(j, 2 * h + 1, y.y > 0.0f);
+    for (int r = 0; r < 4; ++r) {  // tile j = 2kk + r / 2, rows g + 8·(r % 2)
+      const float2 y = unpack_pair<S>(Y[r]);
+      const int j = 2 * kk + r / 2, e = 2 * (r % 2);
+      visit(j, e, y.x);
+      visit(j, e + 1, y.y);
     }
   }
 }
@@ -250,10 +254,10 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
         if (kind == Activation::ReLU && k + 1 < L) {  // σ′(p_k) = [a_{k+1} > 0]
           const Layer& n = a.layers[k + 1];
           const int ldn = n.in_pad + kSkew;
-          for_each_relu_gate<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, nt,
-                                        [&](int j, int e, bool on) {
-                                          if (!on) G[j][e] = 0.0f;
-                                        });
+          for_each_stored_value<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, nt,
+                                           [&](int j, int e, float v) {
+                                             if (!(v > 0.0f)) G[j][e] = 0.0f;
+                                           });
         } else if (kind != Activation::None) {  // δ = g ⊙ σ′(p_k), p_k recomputed
           if (k + 1 < L) load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
           float P[1][NT][4];

@@ -42,7 +42,7 @@ namespace fieldfuse::detail::mlp::fused {
 // for both), and the biases are staged in shared memory as in the register backward (they were
 // two guarded global loads per column pair and sweep).
 
-/// Warps per block: the kernel takes 255 registers a lane (no spill), which 8 warps fit in one
+/// Warps per block: the kernel takes 254 registers a lane (no spill), which 8 warps fit in one
 /// SM's register file.
 constexpr int kRegisterDoubleWarps = 8;
 
@@ -166,12 +166,12 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
       if (kind == Activation::ReLU && !top) {  // σ′ = [a_{k+1} > 0], σ″ = 0
         const Layer& n = a.layers[k + 1];
         const int ldn = n.in_pad + kSkew;
-        for_each_relu_gate<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, Runtime{nt},
-                                      [&](int j, int e, bool on) {
-                                        if (on) return;
-                                        G[0][j][e] = 0.0f;
-                                        R[0][j][e] = 0.0f;
-                                      });
+        for_each_stored_value<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, Runtime{nt},
+                                         [&](int j, int e, float v) {
+                                           if (v > 0.0f) return;
+                                           G[0][j][e] = 0.0f;
+                                           R[0][j][e] = 0.0f;
+                                         });
       } else if (kind != Activation::None) {  // p_k (and u_k) recomputed
         const bool linear = is_piecewise_linear(kind);
         load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
