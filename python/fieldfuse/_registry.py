@@ -147,9 +147,9 @@ def wants_input_grad(ctx) -> list[bool]:
 # asked for. Where at most one input requires grad nothing is asked: the node runs because some
 # input's gradient is used. Reading the edges and asking costs about 4 µs per backward of an MLP
 # whose eleven inputs all require grad (CPU, bench/RESULTS.md), so for a list of tensors
-# wants_input_grad stops at the first one used. The library path keeps the
-# flags as they are: there the backward may be traced ahead of any pass (torch.compile), whose
-# compiler removes what nobody uses.
+# wants_input_grad stops at the first one used. The library path keeps the flags as they are:
+# there the backward may be traced ahead of any pass (torch.compile), whose compiler removes what
+# nobody uses.
 _will_engine_execute_node = torch._C._will_engine_execute_node
 
 

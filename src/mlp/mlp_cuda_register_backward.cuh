@@ -193,7 +193,7 @@ __device__ FF_FORCE_INLINE void for_each_stored_value(const S* rows, int ld, Cou
                                                       const Visit& visit) {
   static_assert(2 * KT == NT, "two accumulator tiles to a fragment's 16 columns");
 #pragma unroll
-  for (int kk = 0; kk < KT; ++kk) {  // one fragment of each buffer live at a time
+  for (int kk = 0; kk < KT; ++kk) {  // one fragment live at a time
     if (2 * kk >= nt.value) continue;
     uint32_t Y[4];
     ldmatrix_x4(Y, rows_then_cols(rows, ld) + 16 * kk);

@@ -317,7 +317,7 @@ Plan make_plan(const Problem& p, Pass pass) {
   if constexpr (!std::is_same_v<S, float>) {
     // The 16-bit forward keeps its activations in registers where the widths allow.
     // (Its biases follow the weights, [num_layers, MW] float32.)
-    const std::size_t bias_bytes = static_cast<std::size_t>(p.num_layers) * 4 * kRegisterMaxWidth;
+    const std::size_t bias_bytes = staged_bias_bytes<kRegisterMaxWidth>(p);
     if (pass == Pass::Forward && maxw <= kRegisterMaxWidth &&
         align128(weight_bytes) + bias_bytes <= static_cast<std::size_t>(optin)) {
       if (maxw <= 64) {
