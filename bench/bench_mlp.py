@@ -2,7 +2,9 @@
 """fieldfuse.mlp against PyTorch eager (nn.Sequential with the same weights; torch.autocast for
 16-bit compute) and torch.compile: an MLP 32 → W×4 → 16 (ReLU) at B = 2^18, inference and
 forward + backward, in float32 / float16 / bfloat16 compute and widths 16…256; and the Eikonal
-step of an SDF 3 → 64×4 → 1 (Softplus β = 100) with each precision's error against float64.
+step of an SDF 3 → 64×4 → 1 (Softplus β = 100) with each precision's error against float64,
+through fieldfuse.mlp + autograd.grad(create_graph=True) and through
+fieldfuse.mlp_value_and_input_grad.
 
     python bench/bench_mlp.py [--cpu] [--quick] [--no-compile] [--widths 64 16 ...]
                               [--no-eikonal] [--out DIR]
@@ -112,12 +114,18 @@ def mlp_case(width: int, compute, pass_name: str, args: argparse.Namespace) -> d
 # --- the Eikonal step --------------------------------------------------------------------------
 
 
-def eikonal_loss(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    (grad,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+def eikonal_terms(y: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return (grad.float().norm(dim=1) - 1).square().mean() + y.float().abs().mean()
 
 
-def eikonal_case(compute, args: argparse.Namespace) -> dict[str, Any]:
+def eikonal_loss(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    (grad,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    return eikonal_terms(y, grad)
+
+
+def eikonal_case(compute, args: argparse.Namespace, fused: bool = False) -> dict[str, Any]:
+    """The Eikonal step; `fused`: fieldfuse through mlp_value_and_input_grad (y and ∇y from one
+    op, one double-backward sweep for both loss terms) instead of mlp + autograd.grad."""
     device = args.device
     weights, biases = network([3, 64, 64, 64, 64, 1], device)
     params = [*weights, *biases]
@@ -126,9 +134,12 @@ def eikonal_case(compute, args: argparse.Namespace) -> dict[str, Any]:
               for _ in range(tm.rotation_count(args.batch * 3 * 4, device))]
 
     def ours(x):
-        y = fieldfuse.mlp(x, weights, biases, activation="softplus", softplus_beta=SOFTPLUS_BETA,
-                          compute_dtype=compute)
-        return list(torch.autograd.grad(eikonal_loss(y, x), params))
+        options = dict(activation="softplus", softplus_beta=SOFTPLUS_BETA, compute_dtype=compute)
+        if fused:
+            loss = eikonal_terms(*fieldfuse.mlp_value_and_input_grad(x, weights, biases, **options))
+        else:
+            loss = eikonal_loss(fieldfuse.mlp(x, weights, biases, **options), x)
+        return list(torch.autograd.grad(loss, params))
 
     def eager(x, model=net):
         with autocast(device, compute):
@@ -157,7 +168,8 @@ def eikonal_case(compute, args: argparse.Namespace) -> dict[str, Any]:
     exact = eager(x.detach().double().requires_grad_(), exact_net)
     return {
         "case": f"Eikonal SDF 3→64×4→1 Softplus β={SOFTPLUS_BETA:g}, B={args.batch}",
-        "compute": COMPUTE_LABELS[compute], "pass": "eikonal step",
+        "compute": COMPUTE_LABELS[compute],
+        "pass": "eikonal step" + (" (value_and_input_grad)" if fused else ""),
         "rel_err": relative_error(ours(x), exact),
         "rel_err_eager": relative_error(eager(x), exact),
         "results": {
@@ -226,10 +238,11 @@ def main(argv: list[str] | None = None) -> None:
                 progress(rows[-1])
                 tm.release(args.device)
     for compute in args.computes if args.eikonal else ():
-        torch._dynamo.reset()
-        rows.append(eikonal_case(compute, args))
-        progress(rows[-1])
-        tm.release(args.device)
+        for fused in (False, True):
+            torch._dynamo.reset()
+            rows.append(eikonal_case(compute, args, fused))
+            progress(rows[-1])
+            tm.release(args.device)
     elapsed_s = time.perf_counter() - began
     markdown = (tm.header_line("fieldfuse mlp benchmark", env) +
                 f"\n\nfieldfuse {env['fieldfuse']}; run took {elapsed_s:.0f} s. Eager 16-bit "

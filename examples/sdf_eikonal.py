@@ -8,14 +8,15 @@ points in the box [-1, 1]^3 and minimises
     surface_weight · mean |f(x_s)|  +  eikonal_weight · mean (‖∇f(x)‖ − 1)²
                                     +  normal_weight · mean ‖∇f(x_s) − n(x_s)‖
 
-where x runs over both sets of points and ∇f comes from ``torch.autograd.grad(...,
-create_graph=True)``, so the step's backward is a double backward through both fused ops. The normal
-term (n: the torus's outward normal) fixes the sign: the surface and Eikonal losses alone are also
-minimised by |sdf| and other unsigned fields. Far from the surface the losses constrain the field
-loosely (a hash grid has free entries there), so the SDF error is measured in a band around the
-surface. At the end it prints, on fresh samples, the Eikonal residual mean |‖∇f‖ − 1|, the surface
-error mean |f| on the surface, and the mean |f − sdf| against the torus's exact SDF near the
-surface. It exits with status 1 if the loss did not decrease.
+where x runs over both sets of points and f and ∇f come from ``HashGridMLP.value_and_input_grad``
+(the MLP's value and input gradient in one op, the hash grid's part through
+``torch.autograd.grad(..., create_graph=True)``), so the step's backward is a double backward
+through both fused ops. The normal term (n: the torus's outward normal) fixes the sign: the
+surface and Eikonal losses alone are also minimised by |sdf| and other unsigned fields. Far from
+the surface the losses constrain the field loosely (a hash grid has free entries there), so the SDF
+error is measured in a band around the surface. At the end it prints, on fresh samples, the
+Eikonal residual mean |‖∇f‖ − 1|, the surface error mean |f| on the surface, and the mean
+|f − sdf| against the torus's exact SDF near the surface. It exits with status 1 if the loss did not decrease.
 
     python examples/sdf_eikonal.py                  # CPU defaults: well under a minute
     python examples/sdf_eikonal.py --device cuda    # bigger grid, batch and step count
@@ -123,10 +124,15 @@ def build_model(args: argparse.Namespace) -> fieldfuse.nn.HashGridMLP:
 
 def sdf_and_gradient(model, x: torch.Tensor, create_graph: bool):
     """``f(x) [B]`` and ``∇f(x) [B, 3]`` with x in the box [-1, 1]^3 (mapped to the grid's
-    [0, 1]^3 here, so the gradient is in box units)."""
+    [0, 1]^3 here: the chain rule's 1/2 puts the gradient in box units). In training
+    (create_graph) both come from HashGridMLP.value_and_input_grad, whose backward takes the
+    losses on f and ∇f in one double-backward sweep of the MLP."""
+    if create_graph:
+        f, grad = model.value_and_input_grad((x + 1) / 2)
+        return f.squeeze(1), grad / 2
     x = x.detach().requires_grad_()
     f = model((x + 1) / 2).squeeze(1)
-    (grad,) = torch.autograd.grad(f.sum(), x, create_graph=create_graph)
+    (grad,) = torch.autograd.grad(f.sum(), x)
     return f, grad
 
 

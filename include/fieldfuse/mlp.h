@@ -90,15 +90,19 @@ void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef*
 // Double backward: the derivative of the backward. Given `grad_out` g_L (as in the backward) and
 // the upstream gradients of the backward's outputs, `grad_grad_x` v = dL2/d(grad_x) [B, in] and,
 // optionally (null: zero), `grad_grad_weights[k]` V_k = dL2/d(grad_weights[k]) [out_k, in_k] and
-// `grad_grad_biases[k]` c_k = dL2/d(grad_biases[k]) [out_k] (entries may be absent: zero), all
-// with any strides, in four steps (specs/mlp.md, "Second-order", extended by the V and c terms):
+// `grad_grad_biases[k]` c_k = dL2/d(grad_biases[k]) [out_k] (entries may be absent: zero), and
+// `grad_y` = dL2/dy [B, out_{L−1}] (null: zero), the gradient reaching the network's output y
+// itself where the caller also used y (mlp_value_and_input_grad), all with any strides, in four
+// steps (specs/mlp.md, "Second-order", extended by the V, c and grad_y terms):
 //   1. tangent sweep:   t_0 = v,  u_k = W_k t_{k−1} + V_k a_{k−1} + c_k,  t_k = σ′(p_k) ⊙ u_k
 //   2. curvature:       s_k = σ″(p_k) ⊙ g_k ⊙ u_k
-//   3. second reverse:  r_L = 0,  q_k = σ′(p_k) ⊙ r_k + s_k,  r_{k−1} = W_kᵀ q_k + V_kᵀ δ_k
+//   3. second reverse:  r_L = grad_y,  q_k = σ′(p_k) ⊙ r_k + s_k,  r_{k−1} = W_kᵀ q_k + V_kᵀ δ_k
 //   4. parameters:      grad_weights[k] = Σ_rows (δ_k t_{k−1}ᵀ + q_k a_{k−1}ᵀ),
 //                       grad_biases[k] = Σ_rows q_k
 // outputs `grad_grad_out` = t_L [B, out_{L−1}] (dL2/dg_L) and `grad_x` = r_0 [B, in] (dL2/dx).
-// Null outputs are skipped as in the backward.
+// Null outputs are skipped as in the backward. Since r is linear in grad_y, the grad_y terms are
+// exactly mlp_backward's gradients for grad_out = grad_y: one call gives a loss on both y and the
+// input gradient (an SDF's surface and Eikonal terms) its parameter gradients in one sweep.
 // ---------------------------------------------------------------------------------------------
 
 std::size_t mlp_double_backward_workspace_size(const TensorRef& x, const TensorRef* weights,
@@ -107,9 +111,9 @@ std::size_t mlp_double_backward_workspace_size(const TensorRef& x, const TensorR
 void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
                          int num_layers, const MLPOptions& options, const TensorRef& grad_out,
                          const TensorRef& grad_grad_x, const TensorRef* grad_grad_weights,
-                         const TensorRef* grad_grad_biases, const TensorRef* grad_grad_out,
-                         const TensorRef* grad_x, const TensorRef* grad_weights,
-                         const TensorRef* grad_biases, void* workspace, std::size_t workspace_bytes,
-                         Stream stream = {});
+                         const TensorRef* grad_grad_biases, const TensorRef* grad_y,
+                         const TensorRef* grad_grad_out, const TensorRef* grad_x,
+                         const TensorRef* grad_weights, const TensorRef* grad_biases,
+                         void* workspace, std::size_t workspace_bytes, Stream stream = {});
 
 }  // namespace fieldfuse

@@ -20,7 +20,7 @@ from .kplanes_ops import (
     kplanes_tilted_with_taps,
     plane_tv,
 )
-from .mlp import mlp
+from .mlp import mlp, mlp_value_and_input_grad
 from .project import backproject, project
 from .render import (
     RenderOutput,
@@ -46,6 +46,7 @@ __all__ = [
     "kplanes_tilted_taps",
     "kplanes_tilted_with_taps",
     "mlp",
+    "mlp_value_and_input_grad",
     "nn",
     "optim",
     "plane_tv",

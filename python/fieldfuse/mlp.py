@@ -154,7 +154,7 @@ def _backward_gradient(ctx, grad_grad_x, grad_grad_weights, grad_grad_biases):
     want_grad_out = wants[3 + _NUM_OPTIONS]
     grad_grad_out, grad_x, grad_weights, grad_biases = _ops["mlp_double_backward"](
         x, weights, biases, *ctx.options, grad_out, grad_grad_x, upstream_weights,
-        upstream_biases, want_grad_out, want_x, want_params)
+        upstream_biases, None, want_grad_out, want_x, want_params)
     return ((grad_x if want_x else None), (grad_weights if want_params else None),
             (grad_biases if want_params else None), *(None,) * _NUM_OPTIONS,
             (grad_grad_out if want_grad_out else None), None, None)
@@ -164,14 +164,15 @@ def _backward_gradient(ctx, grad_grad_x, grad_grad_weights, grad_grad_biases):
 
 
 def _double_backward(x, weights, biases, *rest):
-    *options, grad_out, grad_grad_x, upstream_weights, upstream_biases, want_grad_out, want_x, \
-        want_params = rest
+    *options, grad_out, grad_grad_x, upstream_weights, upstream_biases, grad_y, want_grad_out, \
+        want_x, want_params = rest
     grad_grad_out = _maybe(grad_out, want_grad_out)
     grad_x = _maybe(x, want_x)
     grad_weights, grad_biases = _param_grads(x, weights, biases, want_params)
     scratch = _scratch(_C.mlp_double_backward_workspace_size, x, weights, biases, options)
     _C.mlp_double_backward(*_c_args(x, weights, biases, options), dl(grad_out), dl(grad_grad_x),
                            [dl(g) for g in upstream_weights], [dl(g) for g in upstream_biases],
+                           None if grad_y is None else dl(grad_y),
                            dl(grad_grad_out) if want_grad_out else None,
                            dl(grad_x) if want_x else None,
                            [dl(g) for g in grad_weights] if want_params else None,
@@ -181,12 +182,65 @@ def _double_backward(x, weights, biases, *rest):
 
 
 def _double_backward_fake(x, weights, biases, *rest):
-    *_, grad_out, _, _, _, want_grad_out, want_x, want_params = rest
+    *_, grad_out, _, _, _, _, want_grad_out, want_x, want_params = rest
     return (_maybe(grad_out, want_grad_out), _maybe(x, want_x),
             *_param_grads(x, weights, biases, want_params))
 
 
-# Note [op table]: the three MLP ops, registered once (custom op, fake, autograd, eager path).
+# --- value and input gradient ------------------------------------------------------------------
+
+# Note [mlp value and input gradient]
+# An SDF's training step puts a loss on y = f(x) (the surface term) and on g = ∂(grad_outᵀy)/∂x
+# (the Eikonal term). Through mlp + autograd.grad(create_graph=True), the step's backward runs two
+# kernels over the batch: the double backward for ∂L/∂g and a first-order backward for ∂L/∂y. This
+# op returns (y, g) from one node, so its backward sees both upstream gradients at once and runs one
+# double backward with r_L = ∂L/∂y (mlp_double_backward's grad_y): r and q are linear in r_L, so the
+# sweep adds exactly the first-order backward's dW, db and grad_x for grad_out = ∂L/∂y, at the
+# cost of loading one more [B, out] matrix. Its forward is the forward and the input-gradient
+# backward, as in the two-op form.
+
+
+def _value_and_input_grad(x, weights, biases, *rest):
+    *options, grad_out = rest
+    out = _forward(x, weights, biases, *options)
+    grad_x, _, _ = _backward(x, weights, biases, *options, grad_out, True, False)
+    return out, grad_x
+
+
+def _value_and_input_grad_fake(x, weights, biases, *rest):
+    return _out_like(x, weights), _maybe(x, True)
+
+
+def _value_and_input_grad_setup(ctx, inputs, output):
+    *_, grad_out = inputs
+    _save_network(ctx, inputs, extra=(grad_out,))
+
+
+def _value_and_input_grad_gradient(ctx, grad_y, grad_grad_x):
+    # Note [mlp value and input gradient]: a loss on y and on g = ∂(grad_outᵀy)/∂x at once is the
+    # double backward with r_L = grad_y, in one sweep; y alone needs only the first-order backward.
+    x, weights, biases, (grad_out,) = _saved_network(ctx)
+    wants = _registry.wants_input_grad(ctx)
+    want_x, want_params = wants[0], wants[1] or wants[2]
+    want_grad_out = wants[3 + _NUM_OPTIONS]
+    none = (None,) * (3 + _NUM_OPTIONS + 1)
+    if grad_grad_x is None:
+        if grad_y is None or not (want_x or want_params):
+            return none
+        grad_x, grad_weights, grad_biases = _registry.call_in_backward(
+            ctx, _ops["mlp_backward"], x, weights, biases, *ctx.options, grad_y, want_x,
+            want_params)
+        grad_grad_out = None
+    else:
+        grad_grad_out, grad_x, grad_weights, grad_biases = _registry.call_in_backward(
+            ctx, _ops["mlp_double_backward"], x, weights, biases, *ctx.options, grad_out,
+            grad_grad_x, [], [], grad_y, want_grad_out, want_x, want_params)
+    return ((grad_x if want_x else None), (grad_weights if want_params else None),
+            (grad_biases if want_params else None), *(None,) * _NUM_OPTIONS,
+            (grad_grad_out if want_grad_out else None))
+
+
+# Note [op table]: the four MLP ops, registered once (custom op, fake, autograd, eager path).
 _ops = _registry.register([
     _registry.OpSpec(
         "mlp_forward", _forward, _forward_fake, _forward_setup, _forward_gradient,
@@ -201,21 +255,57 @@ _ops = _registry.register([
     _registry.OpSpec(
         "mlp_double_backward", _double_backward, _double_backward_fake,
         schema=f"({_NETWORK}, Tensor grad_out, Tensor grad_grad_x, Tensor[] grad_grad_weights, "
-               "Tensor[] grad_grad_biases, bool want_grad_out, bool want_x, bool want_params) "
-               "-> (Tensor, Tensor, Tensor[], Tensor[])",
+               "Tensor[] grad_grad_biases, Tensor? grad_y, bool want_grad_out, bool want_x, "
+               "bool want_params) -> (Tensor, Tensor, Tensor[], Tensor[])",
+    ),
+    _registry.OpSpec(
+        "mlp_value_and_input_grad", _value_and_input_grad, _value_and_input_grad_fake,
+        _value_and_input_grad_setup, _value_and_input_grad_gradient, materialize_grads=False,
+        schema=f"({_NETWORK}, Tensor grad_out) -> (Tensor, Tensor)",
     ),
 ])
 
 
-def _biases_list(weights: list, biases) -> list:
+def _biases_list(fn: str, weights: list, biases) -> list:
     """The schema's ``Tensor[] biases`` (empty: no biases). Per-layer None entries cannot cross a
     ``Tensor[]``, so a list must hold a tensor for every layer (the C++ API accepts absent ones)."""
     if biases is None:
         return []
     biases = list(biases)
     for k, b in enumerate(biases):
-        check_tensor("mlp", f"biases[{k}]", b)
+        check_tensor(fn, f"biases[{k}]", b)
     return biases
+
+
+def _network(fn, x, weights, biases, activation, output_activation, softplus_beta, sine_omega0,
+             leaky_slope, compute_dtype) -> tuple:
+    """The ops' network arguments from a public function's, checked where Python reads them
+    before the C++ entry does (errors start with ``fn(): ``)."""
+    check_tensor(fn, "x", x)  # allocating the output reads its shape, dtype and device
+    if isinstance(weights, Tensor) or not isinstance(weights, Sequence):
+        raise TypeError(f"{fn}(): expected weights to be a sequence of tensors, but got "
+                        f"{type(weights).__name__}")
+    weights = list(weights)
+    for k, w in enumerate(weights):
+        check_tensor(fn, f"weights[{k}]", w)
+    if not weights:
+        raise ValueError(f"{fn}(): expected weights to hold at least one layer, but got 0")
+    if weights[-1].dim() < 1:  # the output width is read from it to allocate the output
+        raise ValueError(f"{fn}(): expected weights[{len(weights) - 1}] to be 2-D [out, in], but "
+                         f"got shape {list(weights[-1].shape)}")
+    if x.dim() < 1:  # the batch is read from it to allocate the output
+        raise ValueError(f"{fn}(): expected x to be 2-D [B, in], but got shape {list(x.shape)}")
+    for arg, value in (("activation", activation), ("output_activation", output_activation)):
+        if not isinstance(value, str):
+            raise TypeError(f"{fn}(): expected {arg} to be a string, but got "
+                            f"{type(value).__name__}")
+    if compute_dtype is not None and not isinstance(compute_dtype, torch.dtype):
+        raise TypeError(f"{fn}(): expected compute_dtype to be None or a torch.dtype, but got "
+                        f"{type(compute_dtype).__name__}")
+    return (x, weights, _biases_list(fn, weights, biases), activation, output_activation,
+            real_number(fn, "softplus_beta", softplus_beta),
+            real_number(fn, "sine_omega0", sine_omega0),
+            real_number(fn, "leaky_slope", leaky_slope), compute_dtype)
 
 
 def mlp(
@@ -252,29 +342,50 @@ def mlp(
         third order is not supported. Parameter gradients are summed in a fixed order: the same
         inputs give the same bits on every run.
     """
-    check_tensor("mlp", "x", x)  # allocating the output reads its shape, dtype and device
-    if isinstance(weights, Tensor) or not isinstance(weights, Sequence):
-        raise TypeError(f"mlp(): expected weights to be a sequence of tensors, but got "
-                        f"{type(weights).__name__}")
-    weights = list(weights)
-    for k, w in enumerate(weights):
-        check_tensor("mlp", f"weights[{k}]", w)
-    if not weights:
-        raise ValueError("mlp(): expected weights to hold at least one layer, but got 0")
-    if weights[-1].dim() < 1:  # the output width is read from it to allocate the output
-        raise ValueError(f"mlp(): expected weights[{len(weights) - 1}] to be 2-D [out, in], but "
-                         f"got shape {list(weights[-1].shape)}")
-    if x.dim() < 1:  # the batch is read from it to allocate the output
-        raise ValueError(f"mlp(): expected x to be 2-D [B, in], but got shape {list(x.shape)}")
-    for arg, value in (("activation", activation), ("output_activation", output_activation)):
-        if not isinstance(value, str):
-            raise TypeError(f"mlp(): expected {arg} to be a string, but got "
-                            f"{type(value).__name__}")
-    if compute_dtype is not None and not isinstance(compute_dtype, torch.dtype):
-        raise TypeError(f"mlp(): expected compute_dtype to be None or a torch.dtype, but got "
-                        f"{type(compute_dtype).__name__}")
-    return _ops["mlp_forward"](
-        x, weights, _biases_list(weights, biases), activation, output_activation,
-        real_number("mlp", "softplus_beta", softplus_beta),
-        real_number("mlp", "sine_omega0", sine_omega0),
-        real_number("mlp", "leaky_slope", leaky_slope), compute_dtype)
+    return _ops["mlp_forward"](*_network(
+        "mlp", x, weights, biases, activation, output_activation, softplus_beta, sine_omega0,
+        leaky_slope, compute_dtype))
+
+
+def mlp_value_and_input_grad(
+    x: Tensor,
+    weights: Sequence[Tensor],
+    biases: Sequence[Tensor] | None = None,
+    grad_out: Tensor | None = None,
+    *,
+    activation: str = "relu",
+    output_activation: str = "none",
+    softplus_beta: float = 1.0,
+    sine_omega0: float = 30.0,
+    leaky_slope: float = 0.01,
+    compute_dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The MLP's output and its input gradient in one op: ``(y, ∂(Σ grad_out ⊙ y)/∂x)``.
+
+    For an SDF ``y = f(x)`` with one output, ``grad_out=None`` (ones) gives ``(f(x), ∇f(x))``, what
+    ``y = mlp(x, ...)`` followed by ``torch.autograd.grad(y, x, torch.ones_like(y),
+    create_graph=True)`` gives, and the same gradients flow back. The difference is the backward:
+    a loss on both outputs (an SDF's surface and Eikonal terms) gets all of its gradients from one
+    double-backward sweep that starts its second reverse recurrence at ``∂L/∂y`` (exact, by
+    linearity; Note [mlp value and input gradient]), where the two-op form also runs a first-order
+    backward for the loss on y.
+
+    Args:
+        x, weights, biases, and the keyword arguments: as :func:`mlp`.
+        grad_out: ``[B, out]`` (differentiable), the output weighting; None: ones.
+
+    Returns:
+        ``y [B, out]`` and ``grad_x [B, in]``, both in x's dtype. Gradients reach x, weights,
+        biases and grad_out from either output; this op's backward is not differentiable again
+        (third order is not supported). Errors start with ``mlp_value_and_input_grad(): `` where
+        Python checks the arguments and otherwise name the C++ entry (``mlp(): ``,
+        ``mlp_backward(): `` or ``mlp_double_backward(): ``).
+    """
+    fn = "mlp_value_and_input_grad"
+    network = _network(fn, x, weights, biases, activation, output_activation, softplus_beta,
+                       sine_omega0, leaky_slope, compute_dtype)
+    if grad_out is None:  # ones, without writing them: the kernels take any strides
+        grad_out = x.new_ones((1, 1)).expand(x.shape[0], network[1][-1].shape[0])
+    else:
+        check_tensor(fn, "grad_out", grad_out)
+    return tuple(_ops["mlp_value_and_input_grad"](*network, grad_out))

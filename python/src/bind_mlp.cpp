@@ -194,26 +194,28 @@ void bind_mlp(nb::module_& m) {
       "mlp_double_backward",
       [](FF_MLP_NETWORK_PARAMS, const Array& grad_out, const Array& grad_grad_x,
          const GradWeights& grad_grad_weights, const GradBiases& grad_grad_biases,
-         const OptionalArray& grad_grad_out, const OptionalArray& grad_x,
-         const GradWeights& grad_weights, const GradBiases& grad_biases, const Array& workspace,
-         std::uintptr_t stream) {
+         const OptionalArray& grad_y, const OptionalArray& grad_grad_out,
+         const OptionalArray& grad_x, const GradWeights& grad_weights,
+         const GradBiases& grad_biases, const Array& workspace, std::uintptr_t stream) {
         constexpr const char* op = "mlp_double_backward";
         FF_MLP_NETWORK(op);
         const TensorRef g = to_tensor_ref(grad_out, op, "grad_out");
         const TensorRef v = to_tensor_ref(grad_grad_x, op, "grad_grad_x");
-        std::optional<TensorRef> ggo;
+        std::optional<TensorRef> gy, ggo;
+        if (grad_y) gy = to_tensor_ref(*grad_y, op, "grad_y");
         if (grad_grad_out) ggo = to_tensor_ref(*grad_grad_out, op, "grad_grad_out");
         const Grads grads(op, "grad_x", grad_x, grad_weights, grad_biases, weights.size());
         const Grads upstream(op, "grad_grad_x", std::nullopt, grad_grad_weights, grad_grad_biases,
                              weights.size(), "grad_grad_weights", "grad_grad_biases");
         nb::gil_scoped_release release;
         mlp_double_backward(net.x, net.weights.data(), net.bias_ptr(), net.layers(), net.options, g,
-                            v, upstream.weights_ptr(), upstream.biases_ptr(), ggo ? &*ggo : nullptr,
-                            grads.x_ptr(), grads.weights_ptr(), grads.biases_ptr(),
-                            workspace.data(), workspace.nbytes(), to_stream(stream));
+                            v, upstream.weights_ptr(), upstream.biases_ptr(), gy ? &*gy : nullptr,
+                            ggo ? &*ggo : nullptr, grads.x_ptr(), grads.weights_ptr(),
+                            grads.biases_ptr(), workspace.data(), workspace.nbytes(),
+                            to_stream(stream));
       },
       FF_MLP_NETWORK_ARGS, "grad_out"_a.noconvert(), "grad_grad_x"_a.noconvert(),
-      "grad_grad_weights"_a.none(), "grad_grad_biases"_a.none(),
+      "grad_grad_weights"_a.none(), "grad_grad_biases"_a.none(), "grad_y"_a.noconvert().none(),
       "grad_grad_out"_a.noconvert().none(), "grad_x"_a.noconvert().none(), "grad_weights"_a.none(),
       "grad_biases"_a.none(), "workspace"_a.noconvert(), "stream"_a);
 #undef FF_MLP_NETWORK

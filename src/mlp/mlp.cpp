@@ -217,8 +217,8 @@ struct Inputs {
   const TensorRef* weights;
   const TensorRef* biases;
   int num_layers;
-  const TensorRef* extra[2];  ///< grad_out, grad_grad_x where the entry takes them
-  const char* extra_names[2];
+  const TensorRef* extra[3];  ///< grad_out, grad_grad_x, grad_y where the entry takes them
+  const char* extra_names[3];
 };
 
 /// A contiguous output of x's dtype and device, shaped `expected` (`layout` for the message),
@@ -237,7 +237,7 @@ void* checked_output(const char* op, const std::string& arg, const TensorRef& t,
       detail::check_disjoint(op, name, t, indexed("biases", k).c_str(), in.biases[k]);
     }
   }
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 3; ++i) {
     if (in.extra[i] != nullptr)
       detail::check_disjoint(op, name, t, in.extra_names[i], *in.extra[i]);
   }
@@ -431,15 +431,19 @@ std::size_t mlp_double_backward_workspace_size(const TensorRef& x, const TensorR
 void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
                          int num_layers, const MLPOptions& options, const TensorRef& grad_out,
                          const TensorRef& grad_grad_x, const TensorRef* grad_grad_weights,
-                         const TensorRef* grad_grad_biases, const TensorRef* grad_grad_out,
-                         const TensorRef* grad_x, const TensorRef* grad_weights,
-                         const TensorRef* grad_biases, void* workspace, std::size_t workspace_bytes,
-                         Stream stream) {
+                         const TensorRef* grad_grad_biases, const TensorRef* grad_y,
+                         const TensorRef* grad_grad_out, const TensorRef* grad_x,
+                         const TensorRef* grad_weights, const TensorRef* grad_biases,
+                         void* workspace, std::size_t workspace_bytes, Stream stream) {
   constexpr const char* op = kDoubleBackwardOp;
   Network net(op, x, weights, biases, num_layers, options, true);
   const int64_t batch = x.sizes[0], in_cols = x.sizes[1], out_cols = net.problem.out_features();
-  const Inputs in{
-      x, weights, biases, num_layers, {&grad_out, &grad_grad_x}, {"grad_out", "grad_grad_x"}};
+  const Inputs in{x,
+                  weights,
+                  biases,
+                  num_layers,
+                  {&grad_out, &grad_grad_x, grad_y},
+                  {"grad_out", "grad_grad_x", "grad_y"}};
   detail::mlp::DoubleBackwardArgs args;
   args.x = matrix_view(x);
   args.grad_out =
@@ -448,6 +452,11 @@ void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const Ten
   args.grad_grad_x = checked_matrix(op, "grad_grad_x", grad_grad_x, x, in_cols,
                                     (shape_text(batch, in_cols) + " (the shape of x)").c_str());
   bind_upstream_parameter_grads(op, net, grad_grad_weights, grad_grad_biases, biases, x);
+  if (grad_y != nullptr) {
+    args.grad_y =
+        checked_matrix(op, "grad_y", *grad_y, x, out_cols,
+                       (shape_text(batch, out_cols) + " (the shape of the output)").c_str());
+  }
   if (grad_grad_out != nullptr) {
     args.grad_grad_out =
         checked_output(op, "grad_grad_out", *grad_grad_out, {batch, out_cols},

@@ -720,16 +720,19 @@ void double_backward_tile(const Problem& p, const std::vector<Packed<T>>& w, Til
     }
   }
   store_rows(tile.t[static_cast<std::size_t>(L)], row0, rows, p.out_features(), args.grad_grad_out);
-  // Steps 3 and 4: second reverse sweep; r_L = 0 makes q_{L−1} = s_{L−1}.
+  // Steps 3 and 4: second reverse sweep from r_L = grad_y; where that is absent (zero),
+  // q_{L−1} = s_{L−1}.
   T* r = tile.ping;
   T* next = tile.pong;
+  const bool has_grad_y = args.grad_y.data != nullptr;
+  if (has_grad_y) load_rows(args.grad_y, row0, rows, p.out_features(), r);
   for (int k = L - 1; k >= 0; --k) {
     const LayerView& l = p.layers[k];
     const auto ku = static_cast<std::size_t>(k);
     const int64_t n = rows * l.out;
     T* q = tile.s[ku];
     const T* d1 = tile.d1[ku];
-    if (k < L - 1) {
+    if (k < L - 1 || has_grad_y) {
       for (int64_t e = 0; e < n; ++e) q[e] += d1[e] * r[e];
     }
     if (l.grad_weight != nullptr || l.grad_bias != nullptr) {

@@ -21,9 +21,9 @@ namespace fieldfuse::detail::mlp::fused {
 //   rounded to 16 bits into the next A fragments as in the register forward (Note [mlp register
 //   forward]); t_L is grad_grad_out. Each layer's 16-bit a_k and t_k go to the block's buffers.
 // - reverse sweep, k = L−1 .. 0, with g_k and r_k in float32 accumulator tiles (g_{L−1} =
-//   grad_out, r_{L−1} = 0): p_k and u_k are recomputed from the warp's stored rows of a_k and t_k
-//   (as the register backward recomputes p_k, Note [mlp register backward]; a hidden ReLU takes
-//   its gate from a_{k+1}, and where σ″ is 0 everywhere, u_k is not needed), then
+//   grad_out, r_{L−1} = grad_y or 0): p_k and u_k are recomputed from the warp's stored rows of
+//   a_k and t_k (as the register backward recomputes p_k, Note [mlp register backward]; a hidden
+//   ReLU takes its gate from a_{k+1}, and where σ″ is 0 everywhere, u_k is not needed), then
 //   δ_k = σ′ g_k, q_k = σ′ r_k + σ″ g_k u_k (the curvature s_k never stored), db_k += Σ q_k,
 //   and, from their 16-bit A fragments, g_{k−1} = δ_k W_k and r_{k−1} = q_k W_k + δ_k V_k
 //   (grad_x for k = 0).
@@ -154,8 +154,12 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
     // Reverse sweep: G holds g_k then δ_k, R holds r_k then q_k, over layer k's out_pad.
     float G[1][NT][4], R[1][NT][4];
     load_rows(a.grad_out, a.go_sr, a.go_sc, row0, a.batch, a.layers[L - 1].out, G[0]);
+    if (a.grad_y != nullptr) {  // r_L = grad_y
+      load_rows(a.grad_y, a.gy_sr, a.gy_sc, row0, a.batch, a.layers[L - 1].out, R[0]);
+    } else {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) R[0][j][0] = R[0][j][1] = R[0][j][2] = R[0][j][3] = 0.0f;
+      for (int j = 0; j < NT; ++j) R[0][j][0] = R[0][j][1] = R[0][j][2] = R[0][j][3] = 0.0f;
+    }
     for (int k = L - 1; k >= 0; --k) {
       const Layer& l = a.layers[k];
       const int nt = l.out_pad / 8, ld = l.in_pad + kSkew;

@@ -87,6 +87,7 @@ struct KernelArgs {
   Activation hidden, output;
   ActivationParams params;
   Mat<T> x, grad_out, grad_grad_x;
+  Mat<T> grad_y;  ///< r_L (double backward); data null: zero
   T* out;
   T* grad_x;
   T* grad_grad_out;
@@ -344,16 +345,18 @@ __device__ void double_backward_tile(unsigned char* smem, const KernelArgs<T>& a
     __syncthreads();
   }
   store_rows(state + a.t_last_off, row0, rows, a.layers[L - 1].out, a.grad_grad_out);
-  // Steps 3 and 4: r_L = 0, q_k = σ′ ⊙ r_k + s_k, r_{k−1} = W_kᵀ q_k + V_kᵀ δ_k.
+  // Steps 3 and 4: r_L = grad_y (absent: 0), q_k = σ′ ⊙ r_k + s_k, r_{k−1} = W_kᵀ q_k + V_kᵀ δ_k.
   T* r = state + a.g0_off;
   T* next = state + a.g1_off;
+  const bool has_grad_y = a.grad_y.data != nullptr;
+  if (has_grad_y) load_rows(a.grad_y, row0, rows, a.layers[L - 1].out, r);
   for (int k = L - 1; k >= 0; --k) {
     const LayerDesc& l = a.layers[k];
     T* q = state + l.s_off;
     const T* d1 = state + l.d1_off;
     const T* delta = state + l.delta_off;
     const int64_t n = rows * l.out;
-    if (k < L - 1) {
+    if (k < L - 1 || has_grad_y) {
       for (int64_t e = tid(); e < n; e += kThreads) q[e] += d1[e] * r[e];
       __syncthreads();
     }
@@ -551,7 +554,7 @@ std::size_t workspace_bytes(const Problem& p, Entry entry) {
 /// Inputs and outputs of one call, whatever the entry.
 template <class T>
 struct Call {
-  MatrixView x{}, grad_out{}, grad_grad_x{};
+  MatrixView x{}, grad_out{}, grad_grad_x{}, grad_y{};
   void* out = nullptr;
   void* grad_x = nullptr;
   void* grad_grad_out = nullptr;
@@ -597,6 +600,7 @@ void run(const Problem& p, const Call<typename Engine::Value>& call) {
     a.x = mat_of<T>(call.x);
     a.grad_out = mat_of<T>(call.grad_out);
     a.grad_grad_x = mat_of<T>(call.grad_grad_x);
+    a.grad_y = mat_of<T>(call.grad_y);
     a.out = static_cast<T*>(call.out);
     a.grad_x = static_cast<T*>(call.grad_x);
     a.grad_grad_out = static_cast<T*>(call.grad_grad_out);
@@ -654,6 +658,7 @@ void launch(const Args& args) {
     static_assert(std::is_same_v<Args, DoubleBackwardArgs>);
     call.grad_out = args.grad_out;
     call.grad_grad_x = args.grad_grad_x;
+    call.grad_y = args.grad_y;
     call.grad_x = args.grad_x;
     call.grad_grad_out = args.grad_grad_out;
     run<Engine, Entry::DoubleBackward>(args.problem, call);

@@ -114,6 +114,8 @@ struct Args {
   int64_t go_sr = 0, go_sc = 0;
   const float* grad_grad_x = nullptr;  ///< v = t_0 (double backward)
   int64_t ggx_sr = 0, ggx_sc = 0;
+  const float* grad_y = nullptr;  ///< r_L (double backward), or null: zero
+  int64_t gy_sr = 0, gy_sc = 0;
   float* grad_grad_out = nullptr;  ///< t_L (double backward), or null
   float* out = nullptr;
   float* grad_x = nullptr;
@@ -469,15 +471,17 @@ __device__ FF_FORCE_INLINE void add_db(const Args& a, unsigned char* mine, const
   if (l.want_db && lane_id() < 16) reinterpret_cast<float*>(mine + a.dbs)[l.db_sm + col] += sum;
 }
 
-/// This lane's 8 elements of column tile j of g_L (the output layer l's grad_out), 0 past the
+/// This lane's 8 elements of column tile j of an upstream gradient of the output layer l
+/// (grad_out g_L, or the double backward's grad_y r_L) at `src` (strides sr, sc), 0 past the
 /// batch and past `out`.
-__device__ FF_FORCE_INLINE void load_grad_out(const Args& a, const Layer& l, int64_t row0, int j,
-                                              float (&g)[8]) {
+__device__ FF_FORCE_INLINE void load_output_rows(const Args& a, const float* src, int64_t sr,
+                                                 int64_t sc, const Layer& l, int64_t row0, int j,
+                                                 float (&g)[8]) {
   const int col = j * 16 + (lane_id() & 15);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int64_t row = row0 + row_of(i);
-    g[i] = row < a.batch && col < l.out ? a.grad_out[row * a.go_sr + col * a.go_sc] : 0.0f;
+    g[i] = row < a.batch && col < l.out ? src[row * sr + col * sc] : 0.0f;
   }
 }
 
@@ -708,7 +712,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
       const Layer& l = a.layers[L - 1];
       for (int j = 0; j < l.out_pad / 16; ++j) {
         float g[8];
-        load_grad_out(a, l, row0, j, g);
+        load_output_rows(a, a.grad_out, a.go_sr, a.go_sc, l, row0, j, g);
         emit_delta(a, mine, l, j, g, g0);
       }
     }

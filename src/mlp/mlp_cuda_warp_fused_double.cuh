@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
         const int col = j * 16 + (lane & 15);
         float g[8];
         if (k + 1 == L) {
-          load_grad_out(a, l, row0, j, g);
+          load_output_rows(a, a.grad_out, a.go_sr, a.go_sc, l, row0, j, g);
         } else {  // g_k = δ_{k+1} W_{k+1}, column tile j
           const Layer& n = a.layers[k + 1];
           int ldw = 0;
@@ -124,13 +124,15 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
       }
       __syncwarp();
     }
-    // 4. Second reverse sweep: q_k = σ′ ⊙ r_k + s_k (r_L = 0), r_{k−1} = q_k W_k + δ_k V_k.
-    {  // q_{L−1} = s_{L−1} into g0, where the reverse sweep starts
-
+    // 4. Second reverse sweep: q_k = σ′ ⊙ r_k + s_k (r_L = grad_y, absent: 0),
+    // r_{k−1} = q_k W_k + δ_k V_k.
+    {  // q_{L−1} into g0, where the reverse sweep starts
       const Layer& l = a.layers[L - 1];
-      const float zero[8] = {};
-      for (int j = 0; j < l.out_pad / 16; ++j)
-        emit_q(a, mine, l, j, zero, reinterpret_cast<S*>(mine + a.g0));
+      for (int j = 0; j < l.out_pad / 16; ++j) {
+        float r[8] = {};
+        if (a.grad_y != nullptr) load_output_rows(a, a.grad_y, a.gy_sr, a.gy_sc, l, row0, j, r);
+        emit_q(a, mine, l, j, r, reinterpret_cast<S*>(mine + a.g0));
+      }
     }
     reverse_sweep<S>(
         a, smem, wsm, mine, row0,

@@ -524,6 +524,9 @@ void launch_fused(const Plan& plan, const DoubleBackwardArgs& args) {
   a.grad_grad_x = static_cast<const float*>(args.grad_grad_x.data);
   a.ggx_sr = args.grad_grad_x.stride_row;
   a.ggx_sc = args.grad_grad_x.stride_col;
+  a.grad_y = static_cast<const float*>(args.grad_y.data);
+  a.gy_sr = args.grad_y.stride_row;
+  a.gy_sc = args.grad_y.stride_col;
   a.grad_grad_out = static_cast<float*>(args.grad_grad_out);
   a.grad_x = static_cast<float*>(args.grad_x);
   run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::DoubleBackward);

@@ -98,14 +98,16 @@ struct BackwardArgs {
 };
 
 /// The double backward (four steps, include/fieldfuse/mlp.h, with the layers' grad_grad_weight
-/// V_k and grad_grad_bias c_k where non-null): grad_grad_out = t_L (contiguous
-/// [batch, out_features()], or null), grad_x = r_0 (contiguous [batch, in], or null), the layers'
-/// grad_weight = Σ(δ_k t_{k−1}ᵀ + q_k a_{k−1}ᵀ) and grad_bias = Σ q_k where non-null.
+/// V_k and grad_grad_bias c_k where non-null, and r_L = grad_y where its data is): grad_grad_out =
+/// t_L (contiguous [batch, out_features()], or null), grad_x = r_0 (contiguous [batch, in], or
+/// null), the layers' grad_weight = Σ(δ_k t_{k−1}ᵀ + q_k a_{k−1}ᵀ) and grad_bias = Σ q_k where
+/// non-null.
 struct DoubleBackwardArgs {
   Problem problem;
   MatrixView x;
   MatrixView grad_out;     ///< g_L [batch, out_features()]
   MatrixView grad_grad_x;  ///< v = t_0 [batch, in_features()]
+  MatrixView grad_y;       ///< r_L [batch, out_features()]; data null: zero
   void* grad_grad_out = nullptr;
   void* grad_x = nullptr;
   void* workspace = nullptr;

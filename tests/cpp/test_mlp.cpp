@@ -111,6 +111,75 @@ TEST(MlpApi, ForwardAndBackwardMatchNaiveLoops) {
   for (int64_t e = 0; e < O * H; ++e) EXPECT_NEAR(gw2[e], nw2[e], 1e-13);
 }
 
+/// The double backward's grad_y starts the second reverse sweep (r_L = grad_y); r is linear in
+/// it, so its terms are the backward's gradients for grad_out = grad_y: double_backward(grad_y) =
+/// double_backward(no grad_y) + backward(grad_out = grad_y), and grad_grad_out does not move.
+TEST(MlpApi, DoubleBackwardGradYAddsTheBackwardOfGradY) {
+  std::mt19937 rng(kSeed + 1);
+  std::normal_distribution<double> normal;
+  const int64_t B = 7, I = 3, H = 16, O = 2;
+  std::vector<double> x(B * I), w1(H * I), b1(H), w2(O * H), b2(O), g(B * O), v(B * I), gy(B * O);
+  for (auto* vec : {&x, &w1, &b1, &w2, &b2, &g, &v, &gy})
+    for (double& e : *vec) e = 0.5 * normal(rng);
+  TensorRef weights[2] = {ref(w1, {H, I}), ref(w2, {O, H})};
+  TensorRef biases[2] = {ref(b1, {H}), ref(b2, {O})};
+  fieldfuse::MLPOptions options;
+  options.activation = "softplus";
+  options.output_activation = "sigmoid";  // σ′ ≠ 1 on the output layer too
+  const TensorRef xr = ref(x, {B, I});
+  /// grad_x, grad_w1, grad_b1, grad_w2, grad_b2 and grad_grad_out of one call.
+  struct Grads {
+    std::vector<double> x, w1, b1, w2, b2, ggo;
+  };
+  auto make = [&] {
+    return Grads{std::vector<double>(B * I), std::vector<double>(H * I),
+                 std::vector<double>(H),     std::vector<double>(O * H),
+                 std::vector<double>(O),     std::vector<double>(B * O)};
+  };
+  auto double_backward = [&](const TensorRef* grad_y) {
+    Grads out = make();
+    TensorRef gx = ref(out.x, {B, I}), ggo = ref(out.ggo, {B, O});
+    TensorRef gw[2] = {ref(out.w1, {H, I}), ref(out.w2, {O, H})};
+    TensorRef gb[2] = {ref(out.b1, {H}), ref(out.b2, {O})};
+    std::vector<char> ws(
+        fieldfuse::mlp_double_backward_workspace_size(xr, weights, biases, 2, options));
+    fieldfuse::mlp_double_backward(xr, weights, biases, 2, options, ref(g, {B, O}), ref(v, {B, I}),
+                                   nullptr, nullptr, grad_y, &ggo, &gx, gw, gb, ws.data(),
+                                   ws.size());
+    return out;
+  };
+  const TensorRef gyr = ref(gy, {B, O});
+  const Grads with = double_backward(&gyr), without = double_backward(nullptr);
+  Grads first = make();
+  {
+    TensorRef gx = ref(first.x, {B, I});
+    TensorRef gw[2] = {ref(first.w1, {H, I}), ref(first.w2, {O, H})};
+    TensorRef gb[2] = {ref(first.b1, {H}), ref(first.b2, {O})};
+    std::vector<char> ws(fieldfuse::mlp_backward_workspace_size(xr, weights, biases, 2, options));
+    fieldfuse::mlp_backward(xr, weights, biases, 2, options, gyr, &gx, gw, gb, ws.data(),
+                            ws.size());
+  }
+  const std::vector<double> Grads::*fields[] = {&Grads::x, &Grads::w1, &Grads::b1, &Grads::w2,
+                                                &Grads::b2};
+  for (const auto field : fields) {
+    double moved = 0;
+    for (std::size_t e = 0; e < (with.*field).size(); ++e) {
+      EXPECT_NEAR((with.*field)[e], (without.*field)[e] + (first.*field)[e], 1e-12) << e;
+      moved = std::max(moved, std::abs((first.*field)[e]));
+    }
+    EXPECT_GT(moved, 1e-3);  // grad_y reached this gradient
+  }
+  for (std::size_t e = 0; e < with.ggo.size(); ++e) EXPECT_EQ(with.ggo[e], without.ggo[e]);
+  // A grad_y of the wrong shape is named in the error.
+  const TensorRef bad = ref(gy, {O, B});
+  try {
+    double_backward(&bad);
+    FAIL() << "expected an error";
+  } catch (const fieldfuse::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grad_y"), std::string::npos) << e.what();
+  }
+}
+
 TEST(MlpApi, RejectsHiddenWidthNotMultipleOf16) {
   std::vector<double> x(6), w1(15 * 3), w2(2 * 15);
   TensorRef weights[2] = {ref(w1, {15, 3}), ref(w2, {2, 15})};

@@ -110,9 +110,13 @@ def test_backward_errors_name_their_entry():
     with pytest.raises(ValueError, match=r"^mlp_double_backward\(\): expected grad_grad_x to have shape \[5, 3\]"):
         torch.ops.fieldfuse.mlp_double_backward(x, w, b, "relu", "none", 1.0, 30.0, 0.01, None,
                                                 torch.randn(5, 2), torch.randn(5, 4), [], [],
-                                                True, True, True)
+                                                None, True, True, True)
     with pytest.raises(ValueError, match=r"^mlp_double_backward\(\): expected grad_grad_weights\[1\] to have shape \[2, 16\]"):
         torch.ops.fieldfuse.mlp_double_backward(x, w, b, "relu", "none", 1.0, 30.0, 0.01, None,
                                                 torch.randn(5, 2), torch.randn(5, 3),
                                                 [torch.randn(16, 3), torch.randn(16, 2)], [],
-                                                True, True, True)
+                                                None, True, True, True)
+    with pytest.raises(ValueError, match=r"^mlp_double_backward\(\): expected grad_y to have shape \[5, 2\]"):
+        torch.ops.fieldfuse.mlp_double_backward(x, w, b, "relu", "none", 1.0, 30.0, 0.01, None,
+                                                torch.randn(5, 2), torch.randn(5, 3), [], [],
+                                                torch.randn(5, 3), True, True, True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from .hash_grid import HashGrid
@@ -53,3 +54,17 @@ class HashGridMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.network(self.encoding(x))
+
+    def value_and_input_grad(self, x: Tensor,
+                             grad_out: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(self(x), ∂(Σ grad_out ⊙ self(x))/∂x)`` (grad_out None: ones, so ``∇ₓy`` of a
+        one-output SDF), differentiable: the network's part through
+        :meth:`fieldfuse.nn.MLP.value_and_input_grad` (one double-backward sweep for losses on
+        both outputs, Note [mlp value and input gradient]), the encoding's through its own
+        differentiable backward. Gradients reach x where it requires them."""
+        with torch.enable_grad():  # the encoding's backward is part of the result
+            points = x if x.requires_grad else x.detach().requires_grad_()
+            features = self.encoding(points)
+            y, grad_features = self.network.value_and_input_grad(features, grad_out)
+            (grad_x,) = torch.autograd.grad(features, points, grad_features, create_graph=True)
+        return y, grad_x

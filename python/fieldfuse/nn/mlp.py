@@ -8,7 +8,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..mlp import mlp
+from ..mlp import mlp, mlp_value_and_input_grad
 
 # torch.nn activation modules from_torch understands, with the fieldfuse name and the parameter
 # each carries (sine and exp have no torch module, so a Sequential cannot express them).
@@ -64,10 +64,24 @@ class MLP(torch.nn.Module):
     def out_features(self) -> int:
         return self.weights[-1].shape[0]
 
+    def _network_kwargs(self) -> dict:
+        return dict(activation=self.activation, output_activation=self.output_activation,
+                    compute_dtype=self.compute_dtype, **self.activation_params)
+
+    def _biases(self) -> list | None:
+        return None if self.biases is None else list(self.biases)
+
     def forward(self, x: Tensor) -> Tensor:
-        return mlp(x, list(self.weights), None if self.biases is None else list(self.biases),
-                   activation=self.activation, output_activation=self.output_activation,
-                   compute_dtype=self.compute_dtype, **self.activation_params)
+        return mlp(x, list(self.weights), self._biases(), **self._network_kwargs())
+
+    def value_and_input_grad(self, x: Tensor,
+                             grad_out: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(self(x), ∂(Σ grad_out ⊙ self(x))/∂x)`` through
+        :func:`fieldfuse.mlp_value_and_input_grad` (grad_out None: ones, so ``∇ₓy`` for one
+        output): an SDF's value and gradient, whose surface and Eikonal losses then backpropagate
+        in one sweep."""
+        return mlp_value_and_input_grad(x, list(self.weights), self._biases(), grad_out,
+                                        **self._network_kwargs())
 
     @classmethod
     def from_torch(cls, sequential: torch.nn.Sequential, **kwargs) -> MLP:
