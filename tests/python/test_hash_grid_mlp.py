@@ -83,6 +83,29 @@ def test_matches_pure_pytorch_to_second_order(device, interpolation, rng):
         assert_close(a, b, rtol=1e-8, atol=1e-9)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_requires_grad", [False, True])
+def test_value_and_input_grad_matches_autograd(device, x_requires_grad, rng):
+    # (y, ∇ₓy) from value_and_input_grad, and the surface + Eikonal loss's gradients through it
+    # (the MLP's one-sweep backward, the encoding's double backward), against the two-op form.
+    model, _, _ = _model(rng, "linear", device, F64)
+    x = torch.rand((300, 3), generator=rng, dtype=F64).to(device)
+    params = _model_params(model)
+    points = x.clone().requires_grad_(x_requires_grad)
+    y, grad_x = model.value_and_input_grad(points)
+    loss = (grad_x.norm(dim=1) - 1).square().mean() + y.abs().mean()
+    wrt = [points, *params] if x_requires_grad else params
+    ours = [y, grad_x, *torch.autograd.grad(loss, wrt)]
+    theirs = _eikonal_grads(model, x, params)
+    xr = x.clone().requires_grad_()
+    y_ref = model(xr)
+    (grad_ref,) = torch.autograd.grad(y_ref.sum(), xr)
+    expected = [y_ref, grad_ref, *(theirs if x_requires_grad else theirs[1:])]
+    assert len(ours) == len(expected)
+    for a, b in zip(ours, expected, strict=True):
+        assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
 def test_gradgradcheck_smoothstep(rng):
     # Smoothstep keeps the x-derivatives continuous across cell borders, so finite differences
     # apply; every row differs, so a second order that reused one row would fail.
