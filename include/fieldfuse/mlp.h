@@ -74,7 +74,9 @@ void mlp_forward(const TensorRef& x, const TensorRef* weights, const TensorRef* 
 //   grad_biases[k] = Σ_rows δ_k,  grad_x = g_0.
 // A null `grad_x` / `grad_weights` / `grad_biases` skips those gradients (and the work only they
 // need); `grad_weights` points to num_layers tensors shaped like the weights, `grad_biases` to
-// num_layers entries shaped like the biases (absent where the layer has no bias).
+// num_layers entries shaped like the biases (absent where the layer has no bias). A non-null `out`
+// [B, out_{L−1}] also receives the forward's output y, which the backward recomputes on its way
+// (mlp_value_and_input_grad's y and grad_x come from one call).
 // ---------------------------------------------------------------------------------------------
 
 std::size_t mlp_backward_workspace_size(const TensorRef& x, const TensorRef* weights,
@@ -83,8 +85,8 @@ std::size_t mlp_backward_workspace_size(const TensorRef& x, const TensorRef* wei
 void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
                   int num_layers, const MLPOptions& options, const TensorRef& grad_out,
                   const TensorRef* grad_x, const TensorRef* grad_weights,
-                  const TensorRef* grad_biases, void* workspace, std::size_t workspace_bytes,
-                  Stream stream = {});
+                  const TensorRef* grad_biases, const TensorRef* out, void* workspace,
+                  std::size_t workspace_bytes, Stream stream = {});
 
 // ---------------------------------------------------------------------------------------------
 // Double backward: the derivative of the backward. Given `grad_out` g_L (as in the backward) and

@@ -113,7 +113,7 @@ def _backward(x, weights, biases, *rest):
     _C.mlp_backward(*_c_args(x, weights, biases, options), dl(grad_out),
                     dl(grad_x) if want_x else None,
                     [dl(g) for g in grad_weights] if want_params else None,
-                    [dl(g) for g in grad_biases] if want_params else None,
+                    [dl(g) for g in grad_biases] if want_params else None, None,
                     dl(scratch), stream_of(x))
     return grad_x, grad_weights, grad_biases
 
@@ -196,14 +196,17 @@ def _double_backward_fake(x, weights, biases, *rest):
 # op returns (y, g) from one node, so its backward sees both upstream gradients at once and runs one
 # double backward with r_L = ∂L/∂y (mlp_double_backward's grad_y): r and q are linear in r_L, so the
 # sweep adds exactly the first-order backward's dW, db and grad_x for grad_out = ∂L/∂y, at the
-# cost of loading one more [B, out] matrix. Its forward is the forward and the input-gradient
-# backward, as in the two-op form.
+# cost of loading one more [B, out] matrix. Its forward is one input-gradient backward that also
+# writes y (mlp_backward's `out`), where the two-op form runs the forward and then that backward.
 
 
 def _value_and_input_grad(x, weights, biases, *rest):
     *options, grad_out = rest
-    out = _forward(x, weights, biases, *options)
-    grad_x, _, _ = _backward(x, weights, biases, *options, grad_out, True, False)
+    out, grad_x = _out_like(x, weights), _maybe(x, True)
+    scratch = _scratch(_C.mlp_backward_workspace_size, x, weights, biases, options)
+    # The input-gradient backward recomputes the forward: it writes y on the way (one kernel).
+    _C.mlp_backward(*_c_args(x, weights, biases, options), dl(grad_out), dl(grad_x), None, None,
+                    dl(out), dl(scratch), stream_of(x))
     return out, grad_x
 
 

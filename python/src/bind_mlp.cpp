@@ -168,19 +168,22 @@ void bind_mlp(nb::module_& m) {
   m.def(
       "mlp_backward",
       [](FF_MLP_NETWORK_PARAMS, const Array& grad_out, const OptionalArray& grad_x,
-         const GradWeights& grad_weights, const GradBiases& grad_biases, const Array& workspace,
-         std::uintptr_t stream) {
+         const GradWeights& grad_weights, const GradBiases& grad_biases, const OptionalArray& out,
+         const Array& workspace, std::uintptr_t stream) {
         constexpr const char* op = "mlp_backward";
         FF_MLP_NETWORK(op);
         const TensorRef g = to_tensor_ref(grad_out, op, "grad_out");
         const Grads grads(op, "grad_x", grad_x, grad_weights, grad_biases, weights.size());
+        std::optional<TensorRef> y;
+        if (out) y = to_tensor_ref(*out, op, "out");
         nb::gil_scoped_release release;
         mlp_backward(net.x, net.weights.data(), net.bias_ptr(), net.layers(), net.options, g,
-                     grads.x_ptr(), grads.weights_ptr(), grads.biases_ptr(), workspace.data(),
-                     workspace.nbytes(), to_stream(stream));
+                     grads.x_ptr(), grads.weights_ptr(), grads.biases_ptr(), y ? &*y : nullptr,
+                     workspace.data(), workspace.nbytes(), to_stream(stream));
       },
       FF_MLP_NETWORK_ARGS, "grad_out"_a.noconvert(), "grad_x"_a.noconvert().none(),
-      "grad_weights"_a.none(), "grad_biases"_a.none(), "workspace"_a.noconvert(), "stream"_a);
+      "grad_weights"_a.none(), "grad_biases"_a.none(), "out"_a.noconvert().none(),
+      "workspace"_a.noconvert(), "stream"_a);
 
   m.def(
       "mlp_double_backward_workspace_size",

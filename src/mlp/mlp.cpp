@@ -389,8 +389,8 @@ std::size_t mlp_backward_workspace_size(const TensorRef& x, const TensorRef* wei
 void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
                   int num_layers, const MLPOptions& options, const TensorRef& grad_out,
                   const TensorRef* grad_x, const TensorRef* grad_weights,
-                  const TensorRef* grad_biases, void* workspace, std::size_t workspace_bytes,
-                  Stream stream) {
+                  const TensorRef* grad_biases, const TensorRef* out, void* workspace,
+                  std::size_t workspace_bytes, Stream stream) {
   constexpr const char* op = kBackwardOp;
   Network net(op, x, weights, biases, num_layers, options, true);
   const int64_t batch = x.sizes[0], in_cols = x.sizes[1], out_cols = net.problem.out_features();
@@ -403,6 +403,10 @@ void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef*
   if (grad_x != nullptr) {
     args.grad_x = checked_output(op, "grad_x", *grad_x, {batch, in_cols},
                                  shape_text(batch, in_cols) + " (the shape of x)", in);
+  }
+  if (out != nullptr) {
+    args.out = checked_output(op, "out", *out, {batch, out_cols},
+                              shape_text(batch, out_cols) + " (the shape of the output)", in);
   }
   bind_parameter_grads(op, net, grad_weights, grad_biases, biases, in);
   detail::check_workspace(op, workspace, workspace_bytes, backward_bytes(net));

@@ -665,6 +665,8 @@ void backward_typed(const BackwardArgs& args) {
                     int64_t row0, int64_t rows) {
                   load_rows(args.x, row0, rows, p.in_features(), tile.h[0]);
                   forward_tile(p, w, tile, rows);
+                  store_rows(tile.h[static_cast<std::size_t>(p.num_layers)], row0, rows,
+                             p.out_features(), args.out);
                   load_rows(args.grad_out, row0, rows, p.out_features(), tile.ping);
                   const T* g0 = reverse_tile(p, w, tile, partials, rows, args.grad_x != nullptr);
                   store_rows(g0, row0, rows, p.in_features(), args.grad_x);

@@ -258,11 +258,17 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
                                            [&](int j, int e, float v) {
                                              if (!(v > 0.0f)) G[j][e] = 0.0f;
                                            });
-        } else if (kind != Activation::None) {  // δ = g ⊙ σ′(p_k), p_k recomputed
+        } else if (kind != Activation::None || (k + 1 == L && a.out != nullptr)) {
+          // δ = g ⊙ σ′(p_k), p_k recomputed; at the top, y = σ(p_{L−1}) where the call wants it
           if (k + 1 < L) load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
           float P[1][NT][4];
           layer_product<S, 1, KT, NT, kPickBoth>(l, wsm, A, P, bsm + k * MW);
           visit_activation<float, FastMath>(kind, a.params, [&](auto act) {
+            if (k + 1 == L && a.out != nullptr) {
+              store_rows(P, nt.value, row0, a.batch, l.out, a.out, l.out,
+                         [&](float p) { return act.value(p); });
+            }
+            if (kind == Activation::None) return;
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
               if (j >= nt.value) continue;

@@ -206,7 +206,8 @@ __device__ void accumulate_db(const LayerDesc& l, int rows, const T* x, T* slot)
 
 /// The forward sweep over the tile. Plain forward (`save` false): ping-pong in g0/g1 and returns
 /// the buffer holding a_L. Saving (backward entries): a_k at each layer's a_off, σ′ at d1_off and,
-/// with `curvature`, σ″ at s_off; the last layer's σ is not evaluated (only its derivatives).
+/// with `curvature`, σ″ at s_off; the last layer's σ is evaluated only where the call writes y
+/// (a.out: the backward's optional output), and returned in g1.
 template <class Engine, class T>
 __device__ T* forward_sweep(unsigned char* smem, const KernelArgs<T>& a, T* state, int64_t row0,
                             int rows, bool save, bool curvature) {
@@ -228,7 +229,7 @@ __device__ T* forward_sweep(unsigned char* smem, const KernelArgs<T>& a, T* stat
     if (save) {
       T* d1 = state + l.d1_off;
       T* d2 = state + l.s_off;
-      const bool value = k + 1 < L;
+      const bool value = k + 1 < L || a.out != nullptr;
       for (int64_t e = tid(); e < n; e += kThreads) {
         const Derivs<T> d = activation_derivs<T>(kind, a.params, p[e]);
         d1[e] = d.d1;
@@ -267,7 +268,9 @@ template <class Engine, class T>
 __device__ void backward_tile(unsigned char* smem, const KernelArgs<T>& a, T* state, T* slot,
                               int64_t row0, int rows) {
   const int L = a.num_layers;
-  forward_sweep<Engine>(smem, a, state, row0, rows, true, false);
+  // y where the call wants it, from g1, which the reverse sweep next writes after a barrier.
+  const T* y = forward_sweep<Engine>(smem, a, state, row0, rows, true, false);
+  store_rows(y, row0, rows, a.layers[L - 1].out, a.out);
   T* g = state + a.g0_off;
   T* next = state + a.g1_off;
   load_rows(a.grad_out, row0, rows, a.layers[L - 1].out, g);
@@ -653,6 +656,7 @@ void launch(const Args& args) {
   } else if constexpr (std::is_same_v<Args, BackwardArgs>) {
     call.grad_out = args.grad_out;
     call.grad_x = args.grad_x;
+    call.out = args.out;
     run<Engine, Entry::Backward>(args.problem, call);
   } else {
     static_assert(std::is_same_v<Args, DoubleBackwardArgs>);

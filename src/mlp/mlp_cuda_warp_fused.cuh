@@ -704,7 +704,11 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1)
                       const Derivs<float> d = activation_derivs<float>(kind, a.params, p);
                       const bool in_range = col < l.out;
                       set_d1(a, mine, l, r * l.out_pad + col, in_range ? d.d1 : 0.0f);
-                      if (!last) nxt[r * ldn + col] = static_cast<S>(in_range ? d.value : 0.0f);
+                      if (!last) {
+                        nxt[r * ldn + col] = static_cast<S>(in_range ? d.value : 0.0f);
+                      } else if (a.out != nullptr && in_range && row0 + r < a.batch) {
+                        a.out[(row0 + r) * l.out + col] = d.value;  // y, where wanted
+                      }
                     });
     }
     // δ_L = g_L ⊙ σ′(p_L).

@@ -515,6 +515,7 @@ template <class S>
 void launch_fused(const Plan& plan, const BackwardArgs& args) {
   Args a = args_for(plan, args.x, &args.grad_out);
   a.grad_x = static_cast<float*>(args.grad_x);
+  a.out = static_cast<float*>(args.out);
   run<S>(args.problem, plan, a, args.workspace, args.stream, Pass::Backward);
 }
 

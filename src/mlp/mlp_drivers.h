@@ -92,6 +92,7 @@ struct BackwardArgs {
   MatrixView x;
   MatrixView grad_out;  ///< g_L [batch, out_features()]
   void* grad_x = nullptr;
+  void* out = nullptr;  ///< y (contiguous [batch, out_features()]), or null
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   Stream stream{};

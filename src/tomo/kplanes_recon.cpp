@@ -665,7 +665,7 @@ void KPlanesReconstruction::Impl::enqueue_step_typed(bool update) {
                                grad_biases = decoder_views(true, true);
   const TensorRef grad_rows = tensor(grad_features, {M, F});
   mlp_backward(rows, weights.data(), biases.data(), layers, mlp_options(), tensor(grad_raw, {M, 1}),
-               &grad_rows, grad_weights.data(), grad_biases.data(), mlp_backward_ws.data(),
+               &grad_rows, grad_weights.data(), grad_biases.data(), nullptr, mlp_backward_ws.data(),
                mlp_backward_bytes, stream);
   T* grad_rows_base = grad_features.as<T>();
   const TensorRef grad_sample_features =

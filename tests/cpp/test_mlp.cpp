@@ -79,8 +79,11 @@ TEST(MlpApi, ForwardAndBackwardMatchNaiveLoops) {
   TensorRef grad_w[2] = {ref(gw1, {H, I}), ref(gw2, {O, H})};
   TensorRef grad_b[2] = {ref(gb1, {H}), ref(gb2, {O})};
   ws.resize(fieldfuse::mlp_backward_workspace_size(xr, weights, biases, 2, options));
+  std::vector<double> y(B * O);  // the backward's optional copy of the forward's output
+  TensorRef y_out = ref(y, {B, O});
   fieldfuse::mlp_backward(xr, weights, biases, 2, options, ref(g, {B, O}), &grad_x, grad_w, grad_b,
-                          ws.data(), ws.size());
+                          &y_out, ws.data(), ws.size());
+  EXPECT_EQ(y, out);
   std::vector<double> nw1(H * I, 0), nw2(O * H, 0);
   for (int64_t r = 0; r < B; ++r) {
     double a[H], d[H];
@@ -156,7 +159,7 @@ TEST(MlpApi, DoubleBackwardGradYAddsTheBackwardOfGradY) {
     TensorRef gw[2] = {ref(first.w1, {H, I}), ref(first.w2, {O, H})};
     TensorRef gb[2] = {ref(first.b1, {H}), ref(first.b2, {O})};
     std::vector<char> ws(fieldfuse::mlp_backward_workspace_size(xr, weights, biases, 2, options));
-    fieldfuse::mlp_backward(xr, weights, biases, 2, options, gyr, &gx, gw, gb, ws.data(),
+    fieldfuse::mlp_backward(xr, weights, biases, 2, options, gyr, &gx, gw, gb, nullptr, ws.data(),
                             ws.size());
   }
   const std::vector<double> Grads::*fields[] = {&Grads::x, &Grads::w1, &Grads::b1, &Grads::w2,
@@ -269,7 +272,7 @@ TEST(MlpCuda, ForwardAndBackwardMatchCpu) {
   TensorRef cgx = ref(gx, {B, I});
   ws.resize(fieldfuse::mlp_backward_workspace_size(ref(x, {B, I}), cw, cb, 3, options));
   fieldfuse::mlp_backward(ref(x, {B, I}), cw, cb, 3, options, ref(g, {B, O}), &cgx, cgw, cgb,
-                          ws.data(), ws.size());
+                          nullptr, ws.data(), ws.size());
   // CUDA results.
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -292,7 +295,7 @@ TEST(MlpCuda, ForwardAndBackwardMatchCpu) {
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const std::vector<double> out_cuda = dout.to_host();
   fieldfuse::mlp_backward(xr, weights, biases, 3, options, dg.ref({B, O}), &grad_x, grad_w, grad_b,
-                          scratch.data(), bytes, s);
+                          nullptr, scratch.data(), bytes, s);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
   auto expect_near = [](const std::vector<double>& a, const std::vector<double>& e) {

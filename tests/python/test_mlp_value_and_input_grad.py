@@ -199,8 +199,9 @@ def test_bad_arguments(kwargs, match):
 @pytest.mark.parametrize("compute_dtype", [None, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("sizes", [[3, 64, 64, 64, 64, 1],   # 16-bit: register kernels
                                    [3, 128, 128, 1],          # 16-bit: warp-fused kernels
-                                   [300, 32, 2]],             # the tile kernels
-                         ids=["width64", "width128", "wide_input"])
+                                   [300, 32, 2],              # the tile kernels
+                                   [5, 1]],                   # float32: the readout kernels
+                         ids=["width64", "width128", "wide_input", "one_layer"])
 def test_cuda_kernels_against_float64(compute_dtype, sizes):
     # Every double-backward kernel takes grad_y: the fused op's results against float64 (the
     # two-op form in float64 on the CPU), at least as close as the two-op form on the same GPU.
