@@ -84,6 +84,17 @@ TEST(MlpApi, ForwardAndBackwardMatchNaiveLoops) {
   fieldfuse::mlp_backward(xr, weights, biases, 2, options, ref(g, {B, O}), &grad_x, grad_w, grad_b,
                           &y_out, ws.data(), ws.size());
   EXPECT_EQ(y, out);
+  // An `out` of the wrong shape is named in the error.
+  TensorRef y_bad = ref(y, {O, B});
+  try {
+    fieldfuse::mlp_backward(xr, weights, biases, 2, options, ref(g, {B, O}), &grad_x, grad_w,
+                            grad_b, &y_bad, ws.data(), ws.size());
+    FAIL() << "expected an error";
+  } catch (const fieldfuse::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("mlp_backward(): expected out to have shape [5, 2]", 0),
+              0u)
+        << e.what();
+  }
   std::vector<double> nw1(H * I, 0), nw2(O * H, 0);
   for (int64_t r = 0; r < B; ++r) {
     double a[H], d[H];
