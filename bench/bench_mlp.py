@@ -7,7 +7,7 @@ through fieldfuse.mlp + autograd.grad(create_graph=True) and through
 fieldfuse.mlp_value_and_input_grad.
 
     python bench/bench_mlp.py [--cpu] [--quick] [--no-compile] [--widths 64 16 ...]
-                              [--no-eikonal] [--out DIR]
+                              [--no-eikonal] [--computes fp32 fp16 bf16] [--out DIR]
 """
 
 from __future__ import annotations
@@ -216,9 +216,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="hidden widths of the MLP rows (default: all; none: no MLP rows)")
     parser.add_argument("--eikonal", action=argparse.BooleanOptionalAction, default=True,
                         help="time the Eikonal step rows (default: on)")
+    parser.add_argument("--computes", nargs="+", choices=list(COMPUTE_LABELS.values()),
+                        help="compute precisions of the rows (default: all the device has)")
     args = tm.parse_bench_args(parser, argv)
     args.batch = QUICK_BATCH if args.quick else CPU_BATCH if args.cpu else GPU_BATCH
-    args.computes = CPU_COMPUTE if args.cpu else GPU_COMPUTE
+    available = CPU_COMPUTE if args.cpu else GPU_COMPUTE
+    args.computes = tuple(c for c in available
+                          if args.computes is None or COMPUTE_LABELS[c] in args.computes)
     return args
 
 
