@@ -67,6 +67,29 @@ namespace fieldfuse::detail::mlp::fused {
 // bytes of shared memory a block, so staging the biases at twice the size (one 16-byte load per
 // addend) sent it to 8 warps: 0.40 ms.
 
+// Note [mlp slope from the output]
+// The reverse sweep needs σ′(p_k) of every hidden layer, and recomputing p_k = a_k W_kᵀ + b_k costs
+// the layer's product again. Where σ′ follows from the stored output a_{k+1} = σ(p_k), the sweep
+// reads the warp's rows of a_{k+1} instead:
+// - ReLU: σ′ = [a_{k+1} > 0] (Note [mlp register backward]);
+// - softplus: e^{βa} = 1 + e^{βp}, so σ′ = 1 − e^{−βa_{k+1}} (Softplus::d1_of_value).
+// The forward rounded a_{k+1} to 16 bits, so σ′ carries that rounding: a relative error of at most
+// 2^-8 (bfloat16) or 2^-11 (float16), since βa·e^{−βa}/(1 − e^{−βa}) ≤ 1, the size of the
+// rounding of δ_k to 16 bits for the next product. Float16 has subnormals below 2^-14, where a is
+// kept to ±2^-25 and σ′ to ±β·2^-25 absolute; the plan (slope_from_output_is_accurate) recomputes
+// p_k instead where that could exceed 2^-13, that is β > 4096. The exact paths (float32, float64,
+// the CPU) never do this. On 3 → 64×4 → 1 softplus it spares 104 of the 16-row tile's products.
+// The double backward needs σ″u_k too. Taking σ′ and σ″u_k = βe^{−βa_{k+1}}·t_{k+1} from the
+// stored a_{k+1} and t_{k+1} took its kernel from 0.94 to 0.70 ms on an H100 (float16 Eikonal step
+// of 3 → 64×4 → 1 Softplus β = 100, B = 2^18), but σ″ needs 1 − σ′ = e^{−βa}, whose relative
+// error from the rounding of a is βa·u (3u at βa = 3, where σ″ is still a fifth of its peak),
+// and the step's error against float64 went from 2.7e-2 to 5.1e-2 in float16 (PyTorch under
+// autocast: 2.6e-2), 1.8e-3 to 3.0e-3 in bfloat16. So it recomputes p_k (σ′ and 1 − σ′ exact)
+// and takes only σ″u_k = β(1 − σ′)·t_{k+1} from the stored tangent t_{k+1} = σ′u_k
+// (Softplus::d2u_of_tangent): an error of u on that term, and no u_k product.
+// Sigmoid and tanh could be inverted too (σ′ = a(1 − a), 1 − a²), but near saturation that
+// cancels to nothing in 16 bits, so they keep the product.
+
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
 /// db += the column sums of δ over the warp's 16 rows, accumulator tiles j < nt (a Constant or a
@@ -185,9 +208,10 @@ __device__ FF_FORCE_INLINE void accumulate_weight_gradient(const Layer& l, int r
 
 /// Calls visit(j, e, v) for this lane's elements (j, e) of accumulator tiles j < nt (a Constant or
 /// Runtime count), v being that element of the warp's 16 stored 16-bit rows at `rows` (pitch ld),
-/// in float32: how a reverse sweep reads a_{k+1} where σ′(p_k) follows from it (a hidden ReLU's
-/// gate). One fragment is live at a time: loading all of them up front made the register backward
-/// spill (292 bytes of spill loads at 168 registers, none now).
+/// in float32: how a reverse sweep reads a_{k+1} (or t_{k+1}) where a slope of layer k follows from
+/// it without recomputing p_k (a hidden ReLU's gate, Note [mlp slope from the output]). One
+/// fragment is live at a time: loading all of them up front made the register backward spill (292
+/// bytes of spill loads at 168 registers, none now).
 template <class S, int KT, int NT, class Count, class Visit>
 __device__ FF_FORCE_INLINE void for_each_stored_value(const S* rows, int ld, Count nt,
                                                       const Visit& visit) {
@@ -251,13 +275,22 @@ __global__ void __launch_bounds__(32 * kRegisterWarps, 1)
       const Activation kind = k + 1 == L ? a.output : a.hidden;
       // The layer's output tile count, a compile-time NT for a full-width layer.
       with_count<NT>(l.out_pad / 8, [&](auto nt) {
-        if (kind == Activation::ReLU && k + 1 < L) {  // σ′(p_k) = [a_{k+1} > 0]
+        const bool from_output =  // Note [mlp slope from the output]
+            k + 1 < L &&
+            (kind == Activation::ReLU || (kind == Activation::Softplus && a.slope_from_output));
+        if (from_output) {  // σ′(p_k) from a_{k+1}
           const Layer& n = a.layers[k + 1];
           const int ldn = n.in_pad + kSkew;
-          for_each_stored_value<S, KT, NT>(acts + n.a_sm + local * ldn, ldn, nt,
-                                           [&](int j, int e, float v) {
-                                             if (!(v > 0.0f)) G[j][e] = 0.0f;
-                                           });
+          const S* const next = acts + n.a_sm + local * ldn;
+          if (kind == Activation::ReLU) {  // σ′ = [a_{k+1} > 0]
+            for_each_stored_value<S, KT, NT>(next, ldn, nt, [&](int j, int e, float v) {
+              if (!(v > 0.0f)) G[j][e] = 0.0f;
+            });
+          } else {
+            const Softplus<float, FastMath> act{static_cast<float>(a.params.softplus_beta)};
+            for_each_stored_value<S, KT, NT>(
+                next, ldn, nt, [&](int j, int e, float v) { G[j][e] *= act.d1_of_value(v); });
+          }
         } else if (kind != Activation::None || (k + 1 == L && a.out != nullptr)) {
           // δ = g ⊙ σ′(p_k), p_k recomputed; at the top, y = σ(p_{L−1}) where the call wants it
           if (k + 1 < L) load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);

@@ -23,7 +23,8 @@ namespace fieldfuse::detail::mlp::fused {
 // - reverse sweep, k = L−1 .. 0, with g_k and r_k in float32 accumulator tiles (g_{L−1} =
 //   grad_out, r_{L−1} = grad_y or 0): p_k and u_k are recomputed from the warp's stored rows of
 //   a_k and t_k (as the register backward recomputes p_k, Note [mlp register backward]; a hidden
-//   ReLU takes its gate from a_{k+1}, and where σ″ is 0 everywhere, u_k is not needed), then
+//   ReLU takes its gate from a_{k+1}, a hidden softplus σ″u_k from t_{k+1}, Note [mlp slope from
+//   the output], and where σ″ is 0 everywhere, u_k is not needed), then
 //   δ_k = σ′ g_k, q_k = σ′ r_k + σ″ g_k u_k (the curvature s_k never stored), db_k += Σ q_k,
 //   and, from their 16-bit A fragments, g_{k−1} = δ_k W_k and r_{k−1} = q_k W_k + δ_k V_k
 //   (grad_x for k = 0).
@@ -176,6 +177,22 @@ __global__ void __launch_bounds__(32 * kRegisterDoubleWarps, 1)
                                            G[0][j][e] = 0.0f;
                                            R[0][j][e] = 0.0f;
                                          });
+      } else if (kind == Activation::Softplus && !top && a.slope_from_output) {
+        // p_k recomputed, σ″u_k from the stored tangent t_{k+1} = σ′u_k (Note [mlp slope from the
+        // output]): no u_k.
+        load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);
+        float P[1][NT][4];
+        forward_product<S, 1, KT, NT>(l, wsm, A, P);
+        const Layer& n = a.layers[k + 1];
+        const int ldn = n.in_pad + kSkew;
+        const Softplus<float, FastMath> act{static_cast<float>(a.params.softplus_beta)};
+        for_each_stored_value<S, KT, NT>(
+            tans + n.a_sm + local * ldn, ldn, Runtime{nt}, [&](int j, int e, float v) {
+              const float s = act.d1(P[0][j][e] + bsm[k * MW + 8 * j + 2 * t + (e & 1)]);
+              const float gk = G[0][j][e];
+              G[0][j][e] = gk * s;
+              R[0][j][e] = R[0][j][e] * s + gk * act.d2u_of_tangent(s, v);
+            });
       } else if (kind != Activation::None) {  // p_k (and u_k) recomputed
         const bool linear = is_piecewise_linear(kind);
         load_fragments(a_k + local * ld, ld, l.in_pad / 16, A[0]);

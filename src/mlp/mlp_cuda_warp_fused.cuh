@@ -140,6 +140,10 @@ struct Args {
   /// The register forward's and backward's staged biases (byte offset; [num_layers,
   /// register_width] float32, zero past each layer's `out`).
   int bias_sm = 0;
+  /// The register backward takes a hidden softplus's σ′ from the stored a_{k+1} instead of
+  /// recomputing p_k, the double backward σ″u_k from t_{k+1} instead of recomputing u_k (Note
+  /// [mlp slope from the output]).
+  int slope_from_output = 0;
   /// The register forward's staged input rows (byte offset of warp 0's two buffers; Note [mlp
   /// staged input rows]), or 0: x is read directly.
   int x_stage = 0;

@@ -226,6 +226,15 @@ void register_double_backward_plan(const Problem& p, std::size_t weight_bytes, b
   }
 }
 
+/// Whether the register backwards may take a hidden softplus's σ′ (σ″u) from its 16-bit outputs
+/// (tangents), Note [mlp slope from the output]: always in bfloat16; in float16 while β·2^-25,
+/// the largest error from a subnormal value, stays below 2^-13.
+template <class S>
+bool slope_from_output_is_accurate(const Problem& p) {
+  if (p.activation != Activation::Softplus) return false;
+  return !std::is_same_v<S, __half> || p.params.softplus_beta <= 4096.0;
+}
+
 inline bool sigma_prime_is_01(Activation kind) {
   return kind == Activation::ReLU || kind == Activation::None;
 }
@@ -290,6 +299,7 @@ Plan make_plan(const Problem& p, Pass pass) {
   for (int k = 0; k < p.num_layers; ++k) a.layers[k].v_ws = elems + a.layers[k].w_ws;
   a.ld_g = static_cast<int>(maxw + kSkew);
   a.d1_16 = !twice && sigma_prime_is_01(p.activation) && sigma_prime_is_01(p.output_activation);
+  a.slope_from_output = slope_from_output_is_accurate<S>(p);
   std::size_t off = 0;
   auto take = [&](std::size_t bytes) {
     const std::size_t at = off;

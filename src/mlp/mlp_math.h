@@ -105,6 +105,14 @@ struct Softplus {
     const T s = M::div(T(1), T(1) + M::exp(-z));  // sigmoid(βp)
     return {M::div(M::log1p(M::exp(z)), beta), s, beta * s * (T(1) - s)};
   }
+  /// σ′ from the value a = σ(p): e^{βa} = 1 + e^{βp}, so σ′ = sigmoid(βp) = 1 − e^{−βa}. Past the
+  /// threshold (a = p) this is within e^{−20} of the 1 that d1 returns there. For kernels that
+  /// keep a but not p (Note [mlp slope from the output]).
+  FF_HOST_DEVICE FF_FORCE_INLINE T d1_of_value(T a) const { return T(1) - M::exp(-beta * a); }
+  /// σ″u from σ′ = s and the tangent t = σ′u, with no division by a small σ′: σ″ = βσ′(1 − σ′), so
+  /// σ″u = β(1 − σ′)t, which is 0 past the threshold as σ″ is there (Note [mlp slope from the
+  /// output]).
+  FF_HOST_DEVICE FF_FORCE_INLINE T d2u_of_tangent(T s, T t) const { return beta * (T(1) - s) * t; }
 };
 
 /// SIREN's sin(ω₀p): σ′ = ω₀cos(ω₀p), σ″ = −ω₀² sin(ω₀p).

@@ -55,6 +55,23 @@ TEST(MlpMath, SoftplusFollowsPyTorchThreshold) {
   EXPECT_NEAR(sp.value(0.0), std::log(2.0) / 2.0, 1e-15);
 }
 
+/// The slope the 16-bit backward takes from a stored value, and the curvature term the double
+/// backward takes from a stored tangent (Note [mlp slope from the output]), agree with those from
+/// p, on both sides of 0 and past the threshold.
+TEST(MlpMath, SoftplusSlopesFromStoredValuesMatchThoseFromP) {
+  for (const double beta : {1.0, 3.0, 100.0}) {
+    const m::Softplus<double> sp{beta};
+    for (const double z : {-30.0, -12.0, -3.0, -0.5, 0.0, 0.7, 4.0, 19.0, 25.0}) {
+      const double p = z / beta;
+      EXPECT_NEAR(sp.d1_of_value(sp.value(p)), sp.d1(p), 1e-12 * sp.d1(p) + 3e-9)
+          << "beta " << beta << " z " << z;
+      const double u = -1.7;  // σ″u from the tangent σ′u
+      EXPECT_NEAR(sp.d2u_of_tangent(sp.d1(p), sp.d1(p) * u), sp.all(p).d2 * u, 1e-12 * beta)
+          << "beta " << beta << " z " << z;
+    }
+  }
+}
+
 TensorRef ref(std::vector<double>& data, std::initializer_list<int64_t> sizes) {
   return TensorRef::contiguous(data.data(), DType::Float64, {}, sizes);
 }
