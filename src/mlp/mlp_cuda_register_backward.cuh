@@ -74,19 +74,25 @@ namespace fieldfuse::detail::mlp::fused {
 // - ReLU: σ′ = [a_{k+1} > 0] (Note [mlp register backward]);
 // - softplus: e^{βa} = 1 + e^{βp}, so σ′ = 1 − e^{−βa_{k+1}} (Softplus::d1_of_value).
 // The forward rounded a_{k+1} to 16 bits, so σ′ carries that rounding: a relative error of at most
-// 2^-8 (bfloat16) or 2^-11 (float16), since βa·e^{−βa}/(1 − e^{−βa}) ≤ 1, the size of the
-// rounding of δ_k to 16 bits for the next product. Float16 has subnormals below 2^-14, where a is
-// kept to ±2^-25 and σ′ to ±β·2^-25 absolute; the plan (slope_from_output_is_accurate) recomputes
-// p_k instead where that could exceed 2^-13, that is β > 4096. The exact paths (float32, float64,
-// the CPU) never do this. On 3 → 64×4 → 1 softplus it spares 104 of the 16-row tile's products.
+// u, since βa·e^{−βa}/(1 − e^{−βa}) ≤ 1, the size of the rounding of δ_k to 16 bits for the next
+// product. On 3 → 64×4 → 1 softplus it spares 104 of the 16-row tile's products.
 // The double backward needs σ″u_k too. Taking σ′ and σ″u_k = βe^{−βa_{k+1}}·t_{k+1} from the
 // stored a_{k+1} and t_{k+1} took its kernel from 0.94 to 0.70 ms on an H100 (float16 Eikonal step
 // of 3 → 64×4 → 1 Softplus β = 100, B = 2^18), but σ″ needs 1 − σ′ = e^{−βa}, whose relative
 // error from the rounding of a is βa·u (3u at βa = 3, where σ″ is still a fifth of its peak),
 // and the step's error against float64 went from 2.7e-2 to 5.1e-2 in float16 (PyTorch under
-// autocast: 2.6e-2), 1.8e-3 to 3.0e-3 in bfloat16. So it recomputes p_k (σ′ and 1 − σ′ exact)
-// and takes only σ″u_k = β(1 − σ′)·t_{k+1} from the stored tangent t_{k+1} = σ′u_k
+// autocast: 2.6e-2), 1.8e-3 to 3.0e-3 in bfloat16. So the double backward recomputes p_k (σ′ and
+// 1 − σ′ exact) and takes only σ″u_k = β(1 − σ′)·t_{k+1} from the stored tangent t_{k+1} = σ′u_k
 // (Softplus::d2u_of_tangent): an error of u on that term, and no u_k product.
+// Measured on an H100 (2026-12-07, bench_mlp.py, same step, errors of the output and every
+// gradient against float64): in bfloat16 this leaves the error where it was (1.7e-3 through
+// mlp_value_and_input_grad, 3.0e-3 through autograd) and takes the step from 1.26 to 1.09 ms
+// graphed; in float16 the error still rose, from 1.4e-2 to 4.5e-2 (1.9e-2 to 2.4e-2 through
+// autograd). The likely cause (not isolated): float16 keeps 3 more bits than bfloat16 but 5 fewer
+// of exponent, so a and t below 2^-14 are subnormal, with fewer significant bits the smaller they
+// are, where softplus outputs of large β sit. So only bfloat16 takes the slopes from the outputs
+// (slope_from_output_is_accurate); float16 and the exact paths (float32, float64, the CPU)
+// recompute p_k and u_k.
 // Sigmoid and tanh could be inverted too (σ′ = a(1 − a), 1 − a²), but near saturation that
 // cancels to nothing in 16 bits, so they keep the product.
 

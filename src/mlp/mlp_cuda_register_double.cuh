@@ -23,8 +23,8 @@ namespace fieldfuse::detail::mlp::fused {
 // - reverse sweep, k = L−1 .. 0, with g_k and r_k in float32 accumulator tiles (g_{L−1} =
 //   grad_out, r_{L−1} = grad_y or 0): p_k and u_k are recomputed from the warp's stored rows of
 //   a_k and t_k (as the register backward recomputes p_k, Note [mlp register backward]; a hidden
-//   ReLU takes its gate from a_{k+1}, a hidden softplus σ″u_k from t_{k+1}, Note [mlp slope from
-//   the output], and where σ″ is 0 everywhere, u_k is not needed), then
+//   ReLU takes its gate from a_{k+1}, a hidden softplus in bfloat16 σ″u_k from t_{k+1}, Note [mlp
+//   slope from the output], and where σ″ is 0 everywhere, u_k is not needed), then
 //   δ_k = σ′ g_k, q_k = σ′ r_k + σ″ g_k u_k (the curvature s_k never stored), db_k += Σ q_k,
 //   and, from their 16-bit A fragments, g_{k−1} = δ_k W_k and r_{k−1} = q_k W_k + δ_k V_k
 //   (grad_x for k = 0).
