@@ -225,7 +225,9 @@ def test_cuda_kernels_against_float64(compute_dtype, sizes):
     for i, (a, b, e) in enumerate(zip(fused, two_op, exact, strict=True)):
         scale = e.norm().clamp_min(1e-30)
         err_fused, err_two = ((a - e).norm() / scale).item(), ((b - e).norm() / scale).item()
-        assert err_fused < (1e-5 if compute_dtype is None else 3e-2), (i, err_fused, err_two)
+        # float32: sums of 1001 rows in float32 (5e-6 measured on an H100 for the one-layer
+        # weight gradient, whose two-op form sums its surface term in float64 in the readout).
+        assert err_fused < (2e-5 if compute_dtype is None else 3e-2), (i, err_fused, err_two)
         # In 16 bits the one sweep should be no less accurate than the two-op form (float32 sums
         # differ in order only: both are at rounding level there).
         if compute_dtype is not None:
