@@ -7,8 +7,9 @@ use ``activation`` and the last one ``output_activation``. The backward is itsel
 create_graph=True)`` inside a loss (an Eikonal term) trains the weights, biases and x.
 
 Raw ops (each with a fake impl, so ``torch.compile(fullgraph=True)`` traces them and CUDA graphs
-capture them): ``torch.ops.fieldfuse.mlp_forward``, ``mlp_backward`` (differentiable) and
-``mlp_double_backward`` (not differentiable: third order raises PyTorch's error).
+capture them): ``torch.ops.fieldfuse.mlp_forward``, ``mlp_backward`` (differentiable),
+``mlp_double_backward`` (not differentiable: third order raises PyTorch's error) and
+``mlp_value_and_input_grad`` (y and the input gradient; differentiable once).
 """
 
 from __future__ import annotations
@@ -379,10 +380,11 @@ def mlp_value_and_input_grad(
 
     Returns:
         ``y [B, out]`` and ``grad_x [B, in]``, both in x's dtype. Gradients reach x, weights,
-        biases and grad_out from either output; this op's backward is not differentiable again
-        (third order is not supported). Errors start with ``mlp_value_and_input_grad(): `` where
-        Python checks the arguments and otherwise name the C++ entry (``mlp(): ``,
-        ``mlp_backward(): `` or ``mlp_double_backward(): ``).
+        biases and grad_out from either output; where they come from a loss on grad_x they are
+        not differentiable again (third order is not supported). Errors start with
+        ``mlp_value_and_input_grad(): `` where Python checks the arguments and otherwise name the
+        C++ entry (``mlp_backward(): ``, which computes both outputs, or
+        ``mlp_double_backward(): ``).
     """
     fn = "mlp_value_and_input_grad"
     network = _network(fn, x, weights, biases, activation, output_activation, softplus_beta,
