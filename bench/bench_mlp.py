@@ -133,8 +133,9 @@ def eikonal_case(compute, args: argparse.Namespace, fused: bool = False) -> dict
     inputs = [(torch.rand(args.batch, 3, device=device) - 0.5).requires_grad_()
               for _ in range(tm.rotation_count(args.batch * 3 * 4, device))]
 
+    options = dict(activation="softplus", softplus_beta=SOFTPLUS_BETA, compute_dtype=compute)
+
     def ours(x):
-        options = dict(activation="softplus", softplus_beta=SOFTPLUS_BETA, compute_dtype=compute)
         if fused:
             loss = eikonal_terms(*fieldfuse.mlp_value_and_input_grad(x, weights, biases, **options))
         else:

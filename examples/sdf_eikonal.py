@@ -16,7 +16,8 @@ surface and Eikonal losses alone are also minimised by |sdf| and other unsigned 
 the surface the losses constrain the field loosely (a hash grid has free entries there), so the SDF
 error is measured in a band around the surface. At the end it prints, on fresh samples, the
 Eikonal residual mean |‖∇f‖ − 1|, the surface error mean |f| on the surface, and the mean
-|f − sdf| against the torus's exact SDF near the surface. It exits with status 1 if the loss did not decrease.
+|f − sdf| against the torus's exact SDF near the surface. It exits with status 1 if the loss did
+not decrease.
 
     python examples/sdf_eikonal.py                  # CPU defaults: well under a minute
     python examples/sdf_eikonal.py --device cuda    # bigger grid, batch and step count

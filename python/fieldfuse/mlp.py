@@ -106,17 +106,23 @@ def _maybe(tensor_like: Tensor, wanted: bool) -> Tensor:
     return tensor_like.new_empty(0)
 
 
-def _backward(x, weights, biases, *rest):
-    *options, grad_out, want_x, want_params = rest
+def _run_backward(x, weights, biases, options, grad_out, want_x, want_params, out=None):
+    """The backward entry's gradients; where `out` is given it also receives y, which the
+    backward recomputes on its way."""
     grad_x = _maybe(x, want_x)
     grad_weights, grad_biases = _param_grads(x, weights, biases, want_params)
     scratch = _scratch(_C.mlp_backward_workspace_size, x, weights, biases, options)
     _C.mlp_backward(*_c_args(x, weights, biases, options), dl(grad_out),
                     dl(grad_x) if want_x else None,
                     [dl(g) for g in grad_weights] if want_params else None,
-                    [dl(g) for g in grad_biases] if want_params else None, None,
-                    dl(scratch), stream_of(x))
+                    [dl(g) for g in grad_biases] if want_params else None,
+                    None if out is None else dl(out), dl(scratch), stream_of(x))
     return grad_x, grad_weights, grad_biases
+
+
+def _backward(x, weights, biases, *rest):
+    *options, grad_out, want_x, want_params = rest
+    return _run_backward(x, weights, biases, options, grad_out, want_x, want_params)
 
 
 def _backward_fake(x, weights, biases, *rest):
@@ -203,11 +209,8 @@ def _double_backward_fake(x, weights, biases, *rest):
 
 def _value_and_input_grad(x, weights, biases, *rest):
     *options, grad_out = rest
-    out, grad_x = _out_like(x, weights), _maybe(x, True)
-    scratch = _scratch(_C.mlp_backward_workspace_size, x, weights, biases, options)
-    # The input-gradient backward recomputes the forward: it writes y on the way (one kernel).
-    _C.mlp_backward(*_c_args(x, weights, biases, options), dl(grad_out), dl(grad_x), None, None,
-                    dl(out), dl(scratch), stream_of(x))
+    out = _out_like(x, weights)  # one kernel: the input-gradient backward writes y on its way
+    grad_x, _, _ = _run_backward(x, weights, biases, options, grad_out, True, False, out)
     return out, grad_x
 
 
