@@ -60,7 +60,8 @@ py="$venv/bin/python"
 if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.11") else 1)' 2>/dev/null; then
   log "installing $torch_spec (cached in the venv afterwards)"
   "$py" -m pip install -q --upgrade pip
-  "$py" -m pip install -q "$torch_spec"
+  # No cache: it would keep a second copy of torch's CUDA wheels (about 3 GB) on disk.
+  "$py" -m pip install -q --no-cache-dir "$torch_spec"
 fi
 if ! "$py" -c "import nanobind, scikit_build_core, pytest, numpy, sys
 sys.exit(nanobind.__version__ != '$nanobind_version')" 2>/dev/null; then
