@@ -89,7 +89,7 @@ def _cases():
                 lambda: fieldfuse.mlp(x, w, b, compute_dtype="float16"))
 
 
-@pytest.mark.parametrize("exc, pattern, call", _cases())
+@pytest.mark.parametrize("exc, pattern, call", list(_cases()))
 def test_error(exc, pattern, call):
     with pytest.raises(exc, match=pattern):
         call()
