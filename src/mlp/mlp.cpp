@@ -306,40 +306,107 @@ void bind_upstream_parameter_grads(const char* op, Network& net, const TensorRef
   }
 }
 
+/// One entry's drivers: its workspace size and its run, on the CPU, CUDA and CUDA tensor cores.
+template <class Args>
+struct Drivers {
+  std::size_t (*workspace_cpu)(const Problem&);
+  void (*run_cpu)(const Args&);
+#if FIELDFUSE_WITH_CUDA
+  std::size_t (*workspace_cuda)(const Problem&);
+  void (*run_cuda)(const Args&);
+  std::size_t (*workspace_tensor_core)(const Problem&);
+  void (*run_tensor_core)(const Args&);
+#endif
+};
+
+// The tables' CUDA rows exist only in CUDA builds; clang-format would indent them oddly.
+// clang-format off
+constexpr Drivers<detail::mlp::ForwardArgs> kForwardDrivers{
+    detail::mlp::forward_workspace_cpu, detail::mlp::forward_cpu,
+#if FIELDFUSE_WITH_CUDA
+    detail::mlp::forward_workspace_cuda, detail::mlp::forward_cuda,
+    detail::mlp::forward_workspace_cuda_tensor_core, detail::mlp::forward_cuda_tensor_core,
+#endif
+};
+constexpr Drivers<detail::mlp::BackwardArgs> kBackwardDrivers{
+    detail::mlp::backward_workspace_cpu, detail::mlp::backward_cpu,
+#if FIELDFUSE_WITH_CUDA
+    detail::mlp::backward_workspace_cuda, detail::mlp::backward_cuda,
+    detail::mlp::backward_workspace_cuda_tensor_core, detail::mlp::backward_cuda_tensor_core,
+#endif
+};
+constexpr Drivers<detail::mlp::DoubleBackwardArgs> kDoubleBackwardDrivers{
+    detail::mlp::double_backward_workspace_cpu, detail::mlp::double_backward_cpu,
+#if FIELDFUSE_WITH_CUDA
+    detail::mlp::double_backward_workspace_cuda, detail::mlp::double_backward_cuda,
+    detail::mlp::double_backward_workspace_cuda_tensor_core,
+    detail::mlp::double_backward_cuda_tensor_core,
+#endif
+};
+// clang-format on
+
 /// A 16-bit compute_dtype (only ever set for CUDA tensors) selects the tensor-core driver.
 bool tensor_core(const Problem& p) { return p.compute_dtype != p.dtype; }
 
-// The workspace of each entry on x's device and driver.
-std::size_t forward_bytes(const Network& net) {
+/// The workspace of an entry on x's device and driver.
+template <class Args>
+std::size_t workspace_bytes_of(const Drivers<Args>& drivers, const Problem& p) {
 #if FIELDFUSE_WITH_CUDA
-  if (net.problem.device.is_cuda()) {
-    return tensor_core(net.problem) ? detail::mlp::forward_workspace_cuda_tensor_core(net.problem)
-                                    : detail::mlp::forward_workspace_cuda(net.problem);
+  if (p.device.is_cuda()) {
+    return tensor_core(p) ? drivers.workspace_tensor_core(p) : drivers.workspace_cuda(p);
   }
 #endif
-  return detail::mlp::forward_workspace_cpu(net.problem);
+  return drivers.workspace_cpu(p);
 }
 
-std::size_t backward_bytes(const Network& net) {
+/// Checks the caller's workspace against the entry's need, then runs the entry on x's device.
+template <class Args>
+void run(const char* op, const Drivers<Args>& drivers, Args& args, void* workspace,
+         std::size_t workspace_bytes, Stream stream) {
+  detail::check_workspace(op, workspace, workspace_bytes,
+                          workspace_bytes_of(drivers, args.problem));
+  args.workspace = workspace;
+  args.workspace_bytes = workspace_bytes;
+  args.stream = stream;
 #if FIELDFUSE_WITH_CUDA
-  if (net.problem.device.is_cuda()) {
-    return tensor_core(net.problem) ? detail::mlp::backward_workspace_cuda_tensor_core(net.problem)
-                                    : detail::mlp::backward_workspace_cuda(net.problem);
+  if (args.problem.device.is_cuda()) {
+    return tensor_core(args.problem) ? drivers.run_tensor_core(args) : drivers.run_cuda(args);
   }
 #endif
-  return detail::mlp::backward_workspace_cpu(net.problem);
+  drivers.run_cpu(args);
 }
 
-std::size_t double_backward_bytes(const Network& net) {
-#if FIELDFUSE_WITH_CUDA
-  if (net.problem.device.is_cuda()) {
-    return tensor_core(net.problem)
-               ? detail::mlp::double_backward_workspace_cuda_tensor_core(net.problem)
-               : detail::mlp::double_backward_workspace_cuda(net.problem);
+/// The [B, cols] matrices an entry reads and writes, checked against x: inputs any strides,
+/// outputs contiguous and clear of every input. Each message names the shape it expected.
+struct BatchShapes {
+  const char* op;
+  const Inputs& in;
+  int64_t batch, in_cols, out_cols;
+
+  BatchShapes(const char* op, const Inputs& in, const Network& net)
+      : op(op),
+        in(in),
+        batch(in.x.sizes[0]),
+        in_cols(in.x.sizes[1]),
+        out_cols(net.problem.out_features()) {}
+
+  MatrixView input_like_x(const char* arg, const TensorRef& t) const {
+    return checked_matrix(op, arg, t, in.x, in_cols,
+                          (shape_text(batch, in_cols) + " (the shape of x)").c_str());
   }
-#endif
-  return detail::mlp::double_backward_workspace_cpu(net.problem);
-}
+  MatrixView input_like_y(const char* arg, const TensorRef& t) const {
+    return checked_matrix(op, arg, t, in.x, out_cols,
+                          (shape_text(batch, out_cols) + " (the shape of the output)").c_str());
+  }
+  void* output_like_x(const char* arg, const TensorRef& t) const {
+    return checked_output(op, arg, t, {batch, in_cols},
+                          shape_text(batch, in_cols) + " (the shape of x)", in);
+  }
+  void* output_like_y(const char* arg, const TensorRef& t, const char* what) const {
+    return checked_output(op, arg, t, {batch, out_cols},
+                          shape_text(batch, out_cols) + " (" + what + ")", in);
+  }
+};
 
 }  // namespace
 
@@ -349,7 +416,7 @@ std::size_t mlp_forward_workspace_size(const TensorRef& x, const TensorRef* weig
                                        const TensorRef* biases, int num_layers,
                                        const MLPOptions& options) {
   const Network net(kForwardOp, x, weights, biases, num_layers, options, false);
-  return forward_bytes(net);
+  return workspace_bytes_of(kForwardDrivers, net.problem);
 }
 
 void mlp_forward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
@@ -358,23 +425,12 @@ void mlp_forward(const TensorRef& x, const TensorRef* weights, const TensorRef* 
   constexpr const char* op = kForwardOp;
   const Network net(op, x, weights, biases, num_layers, options, true);
   const Inputs in{x, weights, biases, num_layers, {nullptr, nullptr}, {"", ""}};
-  const int64_t cols = net.problem.out_features();
+  const BatchShapes shapes(op, in, net);
   detail::mlp::ForwardArgs args;
   args.problem = net.problem;
   args.x = matrix_view(x);
-  args.out = checked_output(op, "out", out, {x.sizes[0], cols},
-                            shape_text(x.sizes[0], cols) + " (B, the last layer's out)", in);
-  detail::check_workspace(op, workspace, workspace_bytes, forward_bytes(net));
-  args.workspace = workspace;
-  args.workspace_bytes = workspace_bytes;
-  args.stream = stream;
-#if FIELDFUSE_WITH_CUDA
-  if (x.device.is_cuda()) {
-    if (tensor_core(args.problem)) return detail::mlp::forward_cuda_tensor_core(args);
-    return detail::mlp::forward_cuda(args);
-  }
-#endif
-  detail::mlp::forward_cpu(args);
+  args.out = shapes.output_like_y("out", out, "B, the last layer's out");
+  run(op, kForwardDrivers, args, workspace, workspace_bytes, stream);
 }
 
 // --- mlp_backward ----------------------------------------------------------------------------
@@ -383,7 +439,7 @@ std::size_t mlp_backward_workspace_size(const TensorRef& x, const TensorRef* wei
                                         const TensorRef* biases, int num_layers,
                                         const MLPOptions& options) {
   const Network net(kBackwardOp, x, weights, biases, num_layers, options, false);
-  return backward_bytes(net);
+  return workspace_bytes_of(kBackwardDrivers, net.problem);
 }
 
 void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
@@ -393,34 +449,16 @@ void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef*
                   std::size_t workspace_bytes, Stream stream) {
   constexpr const char* op = kBackwardOp;
   Network net(op, x, weights, biases, num_layers, options, true);
-  const int64_t batch = x.sizes[0], in_cols = x.sizes[1], out_cols = net.problem.out_features();
   const Inputs in{x, weights, biases, num_layers, {&grad_out, nullptr}, {"grad_out", ""}};
+  const BatchShapes shapes(op, in, net);
   detail::mlp::BackwardArgs args;
   args.x = matrix_view(x);
-  args.grad_out =
-      checked_matrix(op, "grad_out", grad_out, x, out_cols,
-                     (shape_text(batch, out_cols) + " (the shape of the output)").c_str());
-  if (grad_x != nullptr) {
-    args.grad_x = checked_output(op, "grad_x", *grad_x, {batch, in_cols},
-                                 shape_text(batch, in_cols) + " (the shape of x)", in);
-  }
-  if (out != nullptr) {
-    args.out = checked_output(op, "out", *out, {batch, out_cols},
-                              shape_text(batch, out_cols) + " (the shape of the output)", in);
-  }
+  args.grad_out = shapes.input_like_y("grad_out", grad_out);
+  if (grad_x != nullptr) args.grad_x = shapes.output_like_x("grad_x", *grad_x);
+  if (out != nullptr) args.out = shapes.output_like_y("out", *out, "the shape of the output");
   bind_parameter_grads(op, net, grad_weights, grad_biases, biases, in);
-  detail::check_workspace(op, workspace, workspace_bytes, backward_bytes(net));
   args.problem = net.problem;
-  args.workspace = workspace;
-  args.workspace_bytes = workspace_bytes;
-  args.stream = stream;
-#if FIELDFUSE_WITH_CUDA
-  if (x.device.is_cuda()) {
-    if (tensor_core(args.problem)) return detail::mlp::backward_cuda_tensor_core(args);
-    return detail::mlp::backward_cuda(args);
-  }
-#endif
-  detail::mlp::backward_cpu(args);
+  run(op, kBackwardDrivers, args, workspace, workspace_bytes, stream);
 }
 
 // --- mlp_double_backward ---------------------------------------------------------------------
@@ -429,7 +467,7 @@ std::size_t mlp_double_backward_workspace_size(const TensorRef& x, const TensorR
                                                const TensorRef* biases, int num_layers,
                                                const MLPOptions& options) {
   const Network net(kDoubleBackwardOp, x, weights, biases, num_layers, options, false);
-  return double_backward_bytes(net);
+  return workspace_bytes_of(kDoubleBackwardDrivers, net.problem);
 }
 
 void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const TensorRef* biases,
@@ -441,48 +479,27 @@ void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const Ten
                          void* workspace, std::size_t workspace_bytes, Stream stream) {
   constexpr const char* op = kDoubleBackwardOp;
   Network net(op, x, weights, biases, num_layers, options, true);
-  const int64_t batch = x.sizes[0], in_cols = x.sizes[1], out_cols = net.problem.out_features();
   const Inputs in{x,
                   weights,
                   biases,
                   num_layers,
                   {&grad_out, &grad_grad_x, grad_y},
                   {"grad_out", "grad_grad_x", "grad_y"}};
+  const BatchShapes shapes(op, in, net);
   detail::mlp::DoubleBackwardArgs args;
   args.x = matrix_view(x);
-  args.grad_out =
-      checked_matrix(op, "grad_out", grad_out, x, out_cols,
-                     (shape_text(batch, out_cols) + " (the shape of the output)").c_str());
-  args.grad_grad_x = checked_matrix(op, "grad_grad_x", grad_grad_x, x, in_cols,
-                                    (shape_text(batch, in_cols) + " (the shape of x)").c_str());
+  args.grad_out = shapes.input_like_y("grad_out", grad_out);
+  args.grad_grad_x = shapes.input_like_x("grad_grad_x", grad_grad_x);
   bind_upstream_parameter_grads(op, net, grad_grad_weights, grad_grad_biases, biases, x);
-  if (grad_y != nullptr) {
-    args.grad_y =
-        checked_matrix(op, "grad_y", *grad_y, x, out_cols,
-                       (shape_text(batch, out_cols) + " (the shape of the output)").c_str());
-  }
+  if (grad_y != nullptr) args.grad_y = shapes.input_like_y("grad_y", *grad_y);
   if (grad_grad_out != nullptr) {
     args.grad_grad_out =
-        checked_output(op, "grad_grad_out", *grad_grad_out, {batch, out_cols},
-                       shape_text(batch, out_cols) + " (the shape of grad_out)", in);
+        shapes.output_like_y("grad_grad_out", *grad_grad_out, "the shape of grad_out");
   }
-  if (grad_x != nullptr) {
-    args.grad_x = checked_output(op, "grad_x", *grad_x, {batch, in_cols},
-                                 shape_text(batch, in_cols) + " (the shape of x)", in);
-  }
+  if (grad_x != nullptr) args.grad_x = shapes.output_like_x("grad_x", *grad_x);
   bind_parameter_grads(op, net, grad_weights, grad_biases, biases, in);
-  detail::check_workspace(op, workspace, workspace_bytes, double_backward_bytes(net));
   args.problem = net.problem;
-  args.workspace = workspace;
-  args.workspace_bytes = workspace_bytes;
-  args.stream = stream;
-#if FIELDFUSE_WITH_CUDA
-  if (x.device.is_cuda()) {
-    if (tensor_core(args.problem)) return detail::mlp::double_backward_cuda_tensor_core(args);
-    return detail::mlp::double_backward_cuda(args);
-  }
-#endif
-  detail::mlp::double_backward_cpu(args);
+  run(op, kDoubleBackwardDrivers, args, workspace, workspace_bytes, stream);
 }
 
 }  // namespace fieldfuse
