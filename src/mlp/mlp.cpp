@@ -343,10 +343,12 @@ constexpr Drivers<detail::mlp::DoubleBackwardArgs> kDoubleBackwardDrivers{
     detail::mlp::double_backward_cuda_tensor_core,
 #endif
 };
-// clang-format on
+  // clang-format on
 
+#if FIELDFUSE_WITH_CUDA
 /// A 16-bit compute_dtype (only ever set for CUDA tensors) selects the tensor-core driver.
 bool tensor_core(const Problem& p) { return p.compute_dtype != p.dtype; }
+#endif
 
 /// The workspace of an entry on x's device and driver.
 template <class Args>
