@@ -51,10 +51,45 @@ def test_without_bias_trains():
     (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 32),
                          torch.nn.ReLU(), torch.nn.Linear(32, 1)),
      "expected equal hidden widths"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Softplus(beta=2.0, threshold=10.0),
+                         torch.nn.Linear(16, 1)),
+     r"expected Softplus with threshold 20 \(fieldfuse's softplus is p itself where βp > 20\), "
+     r"but got threshold=10\.0"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Softplus(beta=5.0),
+                         torch.nn.Linear(16, 16), torch.nn.Softplus(beta=5.0),
+                         torch.nn.Linear(16, 1), torch.nn.Softplus(beta=100.0)),
+     r"expected every Softplus to have the same beta \(the MLP has one softplus_beta\), but got "
+     r"5 and 100"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.LeakyReLU(0.1),
+                         torch.nn.Linear(16, 16), torch.nn.LeakyReLU(0.2), torch.nn.Linear(16, 1)),
+     r"expected every LeakyReLU to have the same negative_slope \(the MLP has one leaky_slope\), "
+     r"but got 0\.1 and 0\.2"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(),
+                         torch.nn.Linear(16, 1, bias=False)),
+     "expected every Linear to have a bias or none to, but got a mix"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 16, bias=False), torch.nn.ReLU(),
+                         torch.nn.Linear(16, 1)),
+     "expected every Linear to have a bias or none to, but got a mix"),
 ])
 def test_from_torch_rejects_what_it_cannot_express(sequential, message):
     with pytest.raises(ValueError, match=rf"^MLP\.from_torch\(\): {message}"):
         fieldfuse.nn.MLP.from_torch(sequential)
+
+
+def test_from_torch_leaky_relu_and_softplus_output():
+    # Hidden LeakyReLU(0.2) and an output Softplus(β = 3): each parameter reaches its activation.
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.LeakyReLU(0.2),
+                              torch.nn.Linear(16, 16), torch.nn.LeakyReLU(0.2),
+                              torch.nn.Linear(16, 3), torch.nn.Softplus(beta=3.0)).double()
+    net = fieldfuse.nn.MLP.from_torch(seq)
+    assert (net.activation, net.output_activation) == ("leaky_relu", "softplus")
+    x = torch.randn(25, 4, dtype=torch.float64) * 3
+    torch.testing.assert_close(net(x), seq(x))
+
+
+def test_unknown_activation_parameter_is_refused():
+    with pytest.raises(TypeError, match=r"^MLP\(\): unknown activation parameters \['omega'\]"):
+        fieldfuse.nn.MLP(3, 1, 16, 2, activation="sine", omega=30.0)
 
 
 def test_in_and_out_features():

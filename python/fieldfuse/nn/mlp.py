@@ -10,17 +10,20 @@ from torch import Tensor
 
 from ..mlp import mlp, mlp_value_and_input_grad
 
-# torch.nn activation modules from_torch understands, with the fieldfuse name and the parameter
-# each carries (sine and exp have no torch module, so a Sequential cannot express them).
+# torch.nn activation modules from_torch understands, with the fieldfuse name, the parameter each
+# carries and the module attribute holding it (sine and exp have no torch module, so a Sequential
+# cannot express them).
 _TORCH_ACTIVATIONS = {
-    torch.nn.ReLU: ("relu", None),
-    torch.nn.LeakyReLU: ("leaky_relu", "leaky_slope"),
-    torch.nn.Softplus: ("softplus", "softplus_beta"),
-    torch.nn.Tanh: ("tanh", None),
-    torch.nn.Sigmoid: ("sigmoid", None),
-    torch.nn.SiLU: ("silu", None),
-    torch.nn.Identity: ("none", None),
+    torch.nn.ReLU: ("relu", None, None),
+    torch.nn.LeakyReLU: ("leaky_relu", "leaky_slope", "negative_slope"),
+    torch.nn.Softplus: ("softplus", "softplus_beta", "beta"),
+    torch.nn.Tanh: ("tanh", None, None),
+    torch.nn.Sigmoid: ("sigmoid", None, None),
+    torch.nn.SiLU: ("silu", None, None),
+    torch.nn.Identity: ("none", None, None),
 }
+# fieldfuse's softplus is p itself where βp > 20, torch.nn.Softplus's default threshold.
+_SOFTPLUS_THRESHOLD = 20.0
 
 
 class MLP(torch.nn.Module):
@@ -97,14 +100,23 @@ class MLP(torch.nn.Module):
             raise ValueError("MLP.from_torch(): expected a Sequential starting with nn.Linear")
         names, params = [], {}
         for module in acts:
+            kind = type(module).__name__
             entry = _TORCH_ACTIVATIONS.get(type(module))
             if entry is None:
-                raise ValueError(f"MLP.from_torch(): unsupported module {type(module).__name__}")
-            names.append(entry[0])
-            if entry[1] == "softplus_beta":
-                params["softplus_beta"] = float(module.beta)
-            elif entry[1] == "leaky_slope":
-                params["leaky_slope"] = float(module.negative_slope)
+                raise ValueError(f"MLP.from_torch(): unsupported module {kind}")
+            name, param, attribute = entry
+            names.append(name)
+            if name == "softplus" and float(module.threshold) != _SOFTPLUS_THRESHOLD:
+                raise ValueError(f"MLP.from_torch(): expected Softplus with threshold "
+                                 f"{_SOFTPLUS_THRESHOLD:g} (fieldfuse's softplus is p itself where "
+                                 f"βp > 20), but got threshold={module.threshold}")
+            if param is not None:
+                # One value per network: a second, different one cannot be expressed.
+                value = float(getattr(module, attribute))
+                if params.setdefault(param, value) != value:
+                    raise ValueError(f"MLP.from_torch(): expected every {kind} to have the same "
+                                     f"{attribute} (the MLP has one {param}), but got "
+                                     f"{params[param]:g} and {value:g}")
         trailing = not isinstance(modules[-1], torch.nn.Linear)
         hidden_names = names[:-1] if trailing else names
         if len(set(hidden_names)) > 1 or len(hidden_names) != len(linears) - 1:
@@ -113,6 +125,9 @@ class MLP(torch.nn.Module):
         first, last = linears[0], linears[-1]
         hidden = first.out_features if len(linears) > 1 else first.in_features
         bias = first.bias is not None
+        if any((lin.bias is not None) != bias for lin in linears):
+            raise ValueError("MLP.from_torch(): expected every Linear to have a bias or none to, "
+                             "but got a mix")
         net = cls(first.in_features, last.out_features, hidden, len(linears) - 1,
                   activation=hidden_names[0] if hidden_names else "relu",
                   output_activation=names[-1] if trailing else "none", bias=bias,
