@@ -225,6 +225,68 @@ TEST(MlpApi, RejectsHiddenWidthNotMultipleOf16) {
   }
 }
 
+/// The error of `call`, which must throw fieldfuse::Error; "" (and a test failure) if it does not.
+template <class Call>
+std::string error_of(Call&& call) {
+  try {
+    call();
+  } catch (const fieldfuse::Error& e) {
+    EXPECT_EQ(e.kind(), fieldfuse::ErrorKind::Value) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an error";
+  return "";
+}
+
+/// The backward's and the double backward's outputs: a gradient for a layer without a bias, an
+/// output that overlaps an input or is not contiguous, and an upstream gradient of an absent
+/// bias are each refused with a message naming the argument.
+TEST(MlpApi, RejectsOutputsTheNetworkCannotTake) {
+  const int64_t B = 4, I = 3, H = 16, O = 2;
+  std::vector<double> x(B * I, 0.5), w1(H * I, 0.1), b1(H, 0.0), w2(O * H, 0.2), g(B * O, 1.0),
+      v(B * I, 1.0);
+  TensorRef weights[2] = {ref(w1, {H, I}), ref(w2, {O, H})};
+  TensorRef biases[2] = {ref(b1, {H}), TensorRef{}};  // layer 1 has no bias
+  const fieldfuse::MLPOptions options;
+  const TensorRef xr = ref(x, {B, I}), gr = ref(g, {B, O});
+  std::vector<double> gx(B * I), gw1(H * I), gb1(H), gw2(O * H), gb2(O), wide(2 * B * I);
+  TensorRef grad_w[2] = {ref(gw1, {H, I}), ref(gw2, {O, H})};
+  std::vector<char> ws(fieldfuse::mlp_backward_workspace_size(xr, weights, biases, 2, options));
+  auto backward = [&](TensorRef* grad_x, TensorRef* grad_b) {
+    fieldfuse::mlp_backward(xr, weights, biases, 2, options, gr, grad_x, grad_w, grad_b, nullptr,
+                            ws.data(), ws.size());
+  };
+  TensorRef grad_b[2] = {ref(gb1, {H}), ref(gb2, {O})};
+  EXPECT_EQ(error_of([&] { backward(nullptr, grad_b); }),
+            "mlp_backward(): expected grad_biases[1] to be absent (layer 1 has no bias), but got "
+            "shape [2]");
+  grad_b[1] = TensorRef{};
+  TensorRef aliased = ref(x, {B, I});  // grad_x written over x
+  const std::string overlap = error_of([&] { backward(&aliased, grad_b); });
+  EXPECT_EQ(overlap.rfind("mlp_backward(): expected grad_x not to overlap x in memory", 0), 0u)
+      << overlap;
+  // Every other column of a [B, 2I] buffer: the right shape, not contiguous.
+  TensorRef strided = TensorRef::contiguous(wide.data(), DType::Float64, {}, {B, I});
+  strided.strides[0] = 2 * I;
+  const std::string layout = error_of([&] { backward(&strided, grad_b); });
+  EXPECT_EQ(layout.rfind("mlp_backward(): expected grad_x to be contiguous (row-major)", 0), 0u)
+      << layout;
+  TensorRef grad_x = ref(gx, {B, I});
+  backward(&grad_x, grad_b);  // the same call with valid outputs runs
+
+  std::vector<double> gg_b2(O), ggo(B * O);
+  TensorRef grad_grad_b[2] = {TensorRef{}, ref(gg_b2, {O})};
+  TensorRef grad_grad_out = ref(ggo, {B, O});
+  ws.resize(fieldfuse::mlp_double_backward_workspace_size(xr, weights, biases, 2, options));
+  EXPECT_EQ(error_of([&] {
+              fieldfuse::mlp_double_backward(xr, weights, biases, 2, options, gr, ref(v, {B, I}),
+                                             nullptr, grad_grad_b, nullptr, &grad_grad_out, &grad_x,
+                                             grad_w, grad_b, ws.data(), ws.size());
+            }),
+            "mlp_double_backward(): expected grad_grad_biases[1] to be absent (layer 1 has no "
+            "bias), but got shape [2]");
+}
+
 }  // namespace
 }  // namespace fftest
 

@@ -200,11 +200,14 @@ def test_gradcheck_and_gradgradcheck(device, interpolation, rng):
 # --- edge cases ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("batch", [0, 1, 100003])
-def test_batch_sizes(batch, rng):
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch", [0, 1, 100003, 1000003])
+def test_batch_sizes(device, batch, rng):
+    if batch == 1000003 and device == "cpu":
+        pytest.skip("the CPU runs 100003 rows: a million take the float64 oracle about 15 s")
     cfg = _config(2)
-    x = _points(rng, batch, 3, F64, "cpu", special=False).requires_grad_(True)
-    params = _params(rng, _num_rows(3, cfg), 2, F64, "cpu").requires_grad_(True)
+    x = _points(rng, batch, 3, F64, device, special=False).requires_grad_(True)
+    params = _params(rng, _num_rows(3, cfg), 2, F64, device).requires_grad_(True)
     y = fieldfuse.hash_grid(x, params, **cfg)
     assert y.shape == (batch, 8)
     assert_close(y, ref.hash_grid(x, params, **cfg), **_tol(F64))

@@ -54,6 +54,17 @@ def _cases():
                 lambda: fieldfuse.mlp(x, w, b, softplus_beta=0.0))
     yield _case("sine omega", ValueError, r"^mlp\(\): expected sine_omega0 to be finite, but got inf",
                 lambda: fieldfuse.mlp(x, w, b, sine_omega0=float("inf")))
+    for arg, value in (("softplus_beta", "inf"), ("softplus_beta", "nan"), ("leaky_slope", "nan"),
+                       ("leaky_slope", "-inf")):
+        yield _case(f"{arg} {value}", ValueError,
+                    rf"^mlp\(\): expected {arg} to be finite, but got {value}$",
+                    lambda arg=arg, value=value: fieldfuse.mlp(x, w, b, **{arg: float(value)}))
+    yield _case("zero input width", ValueError,
+                r"^mlp\(\): expected weights\[0\] to have non-zero sizes, but got shape \[16, 0\]",
+                lambda: fieldfuse.mlp(torch.randn(5, 0), [torch.randn(16, 0), w[1]]))
+    yield _case("zero output width", ValueError,
+                r"^mlp\(\): expected weights\[1\] to have non-zero sizes, but got shape \[0, 16\]",
+                lambda: fieldfuse.mlp(x, [w[0], torch.randn(0, 16)]))
     yield _case("leaky slope type", TypeError, r"^mlp\(\): expected leaky_slope to be a real number",
                 lambda: fieldfuse.mlp(x, w, b, leaky_slope="a"))
     yield _case("x dtype", TypeError,
@@ -85,6 +96,14 @@ def _cases():
                 r"^mlp\(\): expected compute_dtype to be None, x's dtype \(float32\), float16 or "
                 r"bfloat16, but got float64",
                 lambda: fieldfuse.mlp(x, w, b, compute_dtype=torch.float64))
+    yield _case("compute_dtype not floating", TypeError,
+                r"^mlp\(\): expected compute_dtype to be None, torch\.float16, torch\.bfloat16, "
+                r"torch\.float32 or torch\.float64, but got int32$",
+                lambda: fieldfuse.mlp(x, w, b, compute_dtype=torch.int32))
+    yield _case("compute_dtype float32 with float64", TypeError,
+                r"^mlp\(\): expected compute_dtype to be None, x's dtype \(float64\), float16 or "
+                r"bfloat16, but got float32",
+                lambda: fieldfuse.mlp(x.double(), [t.double() for t in w], compute_dtype=torch.float32))
     yield _case("compute_dtype type", TypeError, r"^mlp\(\): expected compute_dtype to be None or a torch\.dtype",
                 lambda: fieldfuse.mlp(x, w, b, compute_dtype="float16"))
 

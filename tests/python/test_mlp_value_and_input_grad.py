@@ -129,12 +129,17 @@ def test_without_biases_and_non_contiguous(device):
     x = _randn(3, 8, device=device)[:, ::2]  # strided columns
     grad_out = _randn(3, 6, device=device, seed=2)[:, 1::2]
     weights_t = [w.t().contiguous().t() for w in weights]  # column-major
-    y, gx = fieldfuse.mlp_value_and_input_grad(x, weights_t, None, grad_out, activation="sine",
-                                               sine_omega0=1.5)
-    y_ref, gx_ref = _two_op(x.contiguous().requires_grad_(), weights, None, grad_out,
-                            activation="sine", sine_omega0=1.5)
-    torch.testing.assert_close(y, y_ref, **TOL[F64])
-    torch.testing.assert_close(gx, gx_ref, **TOL[F64])
+    weight_y = _randn(3, 3, device=device, seed=3)
+    results = []
+    # Strided x and grad_out and column-major weights, then contiguous copies through the two-op
+    # form: both outputs, and the gradients of a loss on both to x, the weights and grad_out.
+    for fn, tensors in ((fieldfuse.mlp_value_and_input_grad, [x, *weights_t, grad_out]),
+                        (_two_op, [x.contiguous(), *weights, grad_out.contiguous()])):
+        leaves = [t.detach().requires_grad_() for t in tensors]
+        y, gx = fn(leaves[0], leaves[1:3], None, leaves[3], activation="sine", sine_omega0=1.5)
+        results.append([y, gx, *torch.autograd.grad(_losses(y, gx, weight_y), leaves)])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, **TOL[F64])
 
 
 def test_third_order_is_refused():
