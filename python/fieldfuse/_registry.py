@@ -52,6 +52,7 @@ import typing
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 __all__ = [
@@ -372,6 +373,29 @@ def _with_typing_annotations(impl: Callable) -> Callable:
     return typed
 
 
+def _refuse_tangents(name: str, args: tuple) -> None:
+    """The ops have no forward-mode formula, and both paths would drop a tangent without a word
+    (the eager impls compute on the primal; the custom op's autograd returned a zero tangent under
+    torch.func.jvp), so a tangent reaching an op is an error."""
+    for arg in args:
+        for t in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if isinstance(t, Tensor) and _forward_ad.unpack_dual(t).tangent is not None:
+                raise NotImplementedError(
+                    f"{name}(): forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) is not "
+                    "supported, and a tangent reached this op; use reverse mode "
+                    "(torch.autograd.grad)")
+
+
+def _check_all_meta(name: str, tensors: list) -> None:
+    """A meta tensor sends a call to the op's fake impl, which allocates the outputs like the
+    inputs and computes nothing: beside tensors on a real device it would return unwritten memory
+    there as the result, so such a mix is refused (PyTorch's own ops refuse it too)."""
+    devices = sorted({str(t.device) for t in tensors if isinstance(t, Tensor)})
+    if devices != ["meta"]:
+        raise ValueError(f"{name}(): expected every tensor on one device, but got meta tensors "
+                         f"beside {', '.join(d for d in devices if d != 'meta')} ones")
+
+
 class Op:
     """A registered fieldfuse op: ``Op(*args)`` runs it on the fastest path that is correct."""
 
@@ -423,6 +447,8 @@ class Op:
         return tensors, slots
 
     def __call__(self, *args):
+        if _forward_ad._current_level >= 0:  # a dual level is open (torch.func.jvp opens one)
+            _refuse_tangents(self.spec.name, args)
         if _library_context():
             return self.custom_op(*args)
         gathered = self._tensors(args)
@@ -435,6 +461,8 @@ class Op:
             # not run on (meta) take the library path; is_cpu/is_cuda read the device without
             # building a torch.device.
             if type(t) not in _PLAIN_TENSORS or not (t.is_cpu or t.is_cuda):
+                if type(t) in _PLAIN_TENSORS and t.is_meta:
+                    _check_all_meta(self.spec.name, tensors)
                 return self.custom_op(*args)
             if t.requires_grad:
                 requires_grad = True

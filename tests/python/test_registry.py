@@ -62,6 +62,37 @@ def test_meta_tensors_go_through_the_fake_impl():
     assert out.device.type == "meta" and out.shape == (3,)
 
 
+def test_meta_beside_real_tensors_is_refused():
+    # The fake impl would return the output allocated on x's device and never written.
+    x, w = torch.randn(4, 3), [torch.randn(16, 3), torch.randn(2, 16)]
+    message = r"^{}\(\): expected every tensor on one device, but got meta tensors beside cpu ones"
+    with pytest.raises(ValueError, match=message.format("mlp_forward")):
+        fieldfuse.mlp(x, [w[0].to("meta"), w[1]])
+    with pytest.raises(ValueError, match=message.format("mlp_forward")):
+        fieldfuse.mlp(x.to("meta"), w)
+    params = torch.randn(fieldfuse.hash_grid_num_params(3), 2)
+    with pytest.raises(ValueError, match=message.format("hash_grid_forward")):
+        fieldfuse.hash_grid(torch.rand(4, 3), params.to("meta"))
+    assert fieldfuse.mlp(x.to("meta"), [t.to("meta") for t in w]).shape == (4, 2)
+
+
+# torch's forward AD loads its jvp decompositions through torch.jit.script on first use.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_forward_mode_tangents_are_refused():
+    # No op has a forward-mode formula: a tangent reaching one is an error on both paths, where
+    # the eager impl dropped it and torch.func.jvp got a zero tangent.
+    import torch.autograd.forward_ad as fwad
+
+    vol = torch.randn(2, 3, 4, dtype=torch.float64)
+    message = r"^tv_l1_3d_forward\(\): forward-mode AD .* is not supported"
+    with pytest.raises(NotImplementedError, match=message):
+        torch.func.jvp(fieldfuse.tv_l1_3d, (vol,), (torch.ones_like(vol),))
+    with fwad.dual_level():
+        with pytest.raises(NotImplementedError, match=message):
+            fieldfuse.tv_l1_3d(fwad.make_dual(vol, torch.ones_like(vol)))
+        assert torch.equal(fieldfuse.tv_l1_3d(vol), fieldfuse.tv_l1_3d(vol))  # no tangent: runs
+
+
 def test_every_registered_op_has_a_fake_impl():
     # torch.library.opcheck runs in each family's tests; here: every op of every table is a
     # custom op under fieldfuse:: whose name matches its table entry.
