@@ -79,14 +79,25 @@ def _forward_setup(ctx, inputs, output):
     _save_network(ctx, inputs)
 
 
+def _network_grads(weights, biases, want_x=False, want_params=False, grads=(None, None, None)):
+    """The gradients of the network arguments (x, weights, biases, the options) from (grad_x,
+    grad_weights, grad_biases), each kept where wanted, in the structure the library path checks:
+    a list for each Tensor[] argument, of Nones where nothing was computed (a bare None there is
+    an error under torch.compile)."""
+    grad_x, grad_weights, grad_biases = grads
+    return (grad_x if want_x else None,
+            grad_weights if want_params else [None] * len(weights),
+            grad_biases if want_params else [None] * len(biases),
+            *(None,) * _NUM_OPTIONS)
+
+
 def _forward_gradient(ctx, grad_out):
     x, weights, biases, _ = _saved_network(ctx)
     wants = _registry.wants_input_grad(ctx)
     want_x, want_params = wants[0], wants[1] or wants[2]
-    grad_x, grad_weights, grad_biases = _registry.call_in_backward(
+    grads = _registry.call_in_backward(
         ctx, _ops["mlp_backward"], x, weights, biases, *ctx.options, grad_out, want_x, want_params)
-    return ((grad_x if want_x else None), (grad_weights if want_params else None),
-            (grad_biases if want_params else None)) + (None,) * _NUM_OPTIONS
+    return _network_grads(weights, biases, want_x, want_params, grads)
 
 
 # --- backward ------------------------------------------------------------------------------
@@ -154,16 +165,15 @@ def _backward_gradient(ctx, grad_grad_x, grad_grad_weights, grad_grad_biases):
     upstream_biases = _upstream(grad_grad_biases if ctx.want_params else None, biases)
     if not ctx.want_x or grad_grad_x is None:
         if not upstream_weights and not upstream_biases:
-            return (None,) * (3 + _NUM_OPTIONS + 3)
+            return (*_network_grads(weights, biases), None, None, None)
         grad_grad_x = torch.zeros_like(x)
     wants = _registry.wants_input_grad(ctx)
     want_x, want_params = wants[0], wants[1] or wants[2]
     want_grad_out = wants[3 + _NUM_OPTIONS]
-    grad_grad_out, grad_x, grad_weights, grad_biases = _ops["mlp_double_backward"](
+    grad_grad_out, *grads = _ops["mlp_double_backward"](
         x, weights, biases, *ctx.options, grad_out, grad_grad_x, upstream_weights,
         upstream_biases, None, want_grad_out, want_x, want_params)
-    return ((grad_x if want_x else None), (grad_weights if want_params else None),
-            (grad_biases if want_params else None), *(None,) * _NUM_OPTIONS,
+    return (*_network_grads(weights, biases, want_x, want_params, grads),
             (grad_grad_out if want_grad_out else None), None, None)
 
 
@@ -230,20 +240,18 @@ def _value_and_input_grad_gradient(ctx, grad_y, grad_grad_x):
     wants = _registry.wants_input_grad(ctx)
     want_x, want_params = wants[0], wants[1] or wants[2]
     want_grad_out = wants[3 + _NUM_OPTIONS]
-    none = (None,) * (3 + _NUM_OPTIONS + 1)
     if grad_grad_x is None:
         if grad_y is None or not (want_x or want_params):
-            return none
-        grad_x, grad_weights, grad_biases = _registry.call_in_backward(
+            return (*_network_grads(weights, biases), None)
+        grads = _registry.call_in_backward(
             ctx, _ops["mlp_backward"], x, weights, biases, *ctx.options, grad_y, want_x,
             want_params)
         grad_grad_out = None
     else:
-        grad_grad_out, grad_x, grad_weights, grad_biases = _registry.call_in_backward(
+        grad_grad_out, *grads = _registry.call_in_backward(
             ctx, _ops["mlp_double_backward"], x, weights, biases, *ctx.options, grad_out,
             grad_grad_x, [], [], grad_y, want_grad_out, want_x, want_params)
-    return ((grad_x if want_x else None), (grad_weights if want_params else None),
-            (grad_biases if want_params else None), *(None,) * _NUM_OPTIONS,
+    return (*_network_grads(weights, biases, want_x, want_params, grads),
             (grad_grad_out if want_grad_out else None))
 
 

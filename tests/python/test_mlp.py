@@ -530,6 +530,36 @@ def test_torch_compile_fullgraph_first_and_second_order(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_frozen_network_on_the_library_path(device, bias):
+    # Only x requires a gradient (a frozen network): the gradients of the Tensor[] arguments are
+    # lists of None, the structure torch.library's autograd checks (a bare None was an error on
+    # the library path, so under torch.compile), through both ops and both orders.
+    weights, biases = _network([3, 16, 2], F64, device, bias=bias)
+    x = _x(5, 3, F64, device).requires_grad_()
+    kw = dict(activation="softplus")
+
+    def grads():
+        y = fieldfuse.mlp(x, weights, biases, **kw)
+        (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        (hx,) = torch.autograd.grad(gx.square().sum(), x)
+        y2, g2 = fieldfuse.mlp_value_and_input_grad(x, weights, biases, **kw)
+        (h2,) = torch.autograd.grad(g2.square().sum() + y2.sum(), x)
+        return gx, hx, h2
+
+    eager = grads()
+    with _registry.library_path():
+        library = grads()
+    for a, b in zip(eager, library, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    compiled = torch.compile(lambda xx: fieldfuse.mlp(xx, weights, biases, **kw).square().sum(),
+                             backend="aot_eager", fullgraph=True)
+    (gc,) = torch.autograd.grad(compiled(x), x)
+    (ge,) = torch.autograd.grad(fieldfuse.mlp(x, weights, biases, **kw).square().sum(), x)
+    torch.testing.assert_close(gc, ge, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph_forward_backward(device):
     weights, biases = _network([5, 32, 2], F32, device)
     leaves = _leaves(_x(17, 5, F32, device), weights, biases)
