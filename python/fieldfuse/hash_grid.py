@@ -28,6 +28,8 @@ from ._backend import _C, check_tensor, dl, real_number, stream_of, workspace
 
 __all__ = ["hash_grid", "hash_grid_num_params"]
 
+INTERPOLATIONS = ("linear", "smoothstep")  # the C++ front's names (src/encoding/hash_grid.cpp)
+
 # The config options in the order every op and C++ entry takes them after the tensors.
 _CONFIG_SCHEMA = ("int n_levels, int n_features_per_level, int log2_hashmap_size, "
                   "int base_resolution, float per_level_scale, str interpolation")
@@ -242,3 +244,12 @@ def hash_grid(
     config = _config(op, n_levels, n_features_per_level, log2_hashmap_size, base_resolution,
                      per_level_scale, interpolation)
     return _ops["hash_grid_forward"](x, params, *config)
+
+
+def _input_grad(grad_out: Tensor, x: Tensor, params: Tensor, config: list) -> Tensor:
+    """``∂(Σ grad_out ⊙ hash_grid(x, params))/∂x`` from the backward op alone, which is itself
+    differentiable (to grad_out, x and params): what ``autograd.grad(..., create_graph=True)``
+    through the forward gives, without recording the forward, so it also runs under no_grad and
+    inference_mode (and there records nothing)."""
+    grad_x, _ = _ops["hash_grid_backward"](grad_out, x, params, *config, [True, False])
+    return grad_x

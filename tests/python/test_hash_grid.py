@@ -471,3 +471,42 @@ def test_module_init_and_state_dict_round_trip(rng):
     assert torch.equal(other(x), grid(x))
     assert grid(x).shape == (x.shape[0], grid.n_output_dims)
     assert_close(grid(x), ref.hash_grid(x, grid.params, **_config(2)), **_tol(F64))
+
+
+def test_module_checks_its_points_and_interpolation():
+    # This config's table has the same rows in 2-D and 3-D, so only the module's D catches a
+    # [B, 2] x given to a 3-D encoding.
+    cfg = dict(n_levels=8, log2_hashmap_size=14, base_resolution=128)
+    assert fieldfuse.hash_grid_num_params(2, **cfg) == fieldfuse.hash_grid_num_params(3, **cfg)
+    grid = fieldfuse.nn.HashGrid(3, **cfg)
+    with pytest.raises(ValueError, match=r"^HashGrid\(\): expected x to have n_input_dims = 3 "
+                       r"columns, but got shape \[4, 2\]$"):
+        grid(torch.rand(4, 2))
+    with pytest.raises(ValueError, match=r"^HashGrid\(\): expected x to have n_input_dims = 3 "):
+        grid.input_grad(torch.rand(4, 2), torch.ones(4, 16))
+    with pytest.raises(ValueError, match=r"^HashGrid\(\): expected interpolation to be 'linear' or "
+                       r"'smoothstep', but got 'cubic'$"):
+        fieldfuse.nn.HashGrid(3, interpolation="cubic")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_module_input_grad_matches_autograd_to_second_order(device, rng):
+    # input_grad is the backward op alone: the same input gradient as autograd.grad through the
+    # forward, and the same gradients of a loss on it (to x, the table and the upstream weights).
+    cfg = _config(2, interpolation="smoothstep")
+    grid = fieldfuse.nn.HashGrid(3, **cfg, dtype=F64, device=device)
+    with torch.no_grad():
+        grid.params.copy_(_params(rng, grid.params.shape[0], 2, F64, device))
+    x = _points(rng, 40, 3, F64, device, special=False)
+    g = torch.randn((40, grid.n_output_dims), generator=rng, dtype=F64).to(device)
+    results = []
+    for via_op in (True, False):
+        xs, gs = x.clone().requires_grad_(), g.clone().requires_grad_()
+        if via_op:
+            grad_x = grid.input_grad(xs, gs)
+        else:
+            (grad_x,) = torch.autograd.grad(grid(xs), xs, gs, create_graph=True)
+        loss = (grad_x.square().sum(dim=1) * x[:, 0]).sum()
+        results.append([grad_x, *torch.autograd.grad(loss, (xs, gs, grid.params))])
+    for a, b in zip(*results, strict=True):
+        assert_close(a, b, rtol=1e-10, atol=1e-10)

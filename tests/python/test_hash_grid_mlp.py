@@ -106,6 +106,21 @@ def test_value_and_input_grad_matches_autograd(device, x_requires_grad, rng):
         assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_value_and_input_grad_without_grad_mode(device, mode, rng):
+    # Evaluation loops: the same (y, ∇ₓy), and nothing recorded (it used to force grad mode and
+    # return a graph under no_grad, and fail under inference_mode).
+    model, _, _ = _model(rng, "linear", device, F64)
+    x = torch.rand((50, 3), generator=rng, dtype=F64).to(device)
+    expected = [t.detach() for t in model.value_and_input_grad(x)]
+    with getattr(torch, mode)():
+        y, grad_x = model.value_and_input_grad(x)
+    for a, b in zip((y, grad_x), expected, strict=True):
+        assert not a.requires_grad and a.grad_fn is None
+        assert torch.equal(a, b)
+
+
 def test_gradgradcheck_smoothstep(rng):
     # Smoothstep keeps the x-derivatives continuous across cell borders, so finite differences
     # apply; every row differs, so a second order that reused one row would fail.

@@ -92,6 +92,38 @@ def test_unknown_activation_parameter_is_refused():
         fieldfuse.nn.MLP(3, 1, 16, 2, activation="sine", omega=30.0)
 
 
+@pytest.mark.parametrize(("kwargs", "exc", "message"), [
+    (dict(hidden=15), ValueError, r"^mlp\(\): expected weights\[0\] to have a hidden width"),
+    (dict(activation="gelu"), ValueError, r"^mlp\(\): expected activation to be one of"),
+    (dict(activation="softplus", softplus_beta=0.0), ValueError,
+     r"^mlp\(\): expected softplus_beta to be > 0, but got 0"),
+    (dict(activation="sine", sine_omega0=0.0), ValueError,
+     r"^MLP\(\): expected sine_omega0 to be non-zero for SIREN's init"),
+])
+def test_constructor_refuses_what_the_op_would(kwargs, exc, message):
+    # Refused when the module is built, not at its first forward.
+    args = dict(in_features=3, out_features=1, hidden=16, layers=2) | kwargs
+    with pytest.raises(exc, match=message):
+        fieldfuse.nn.MLP(**args)
+
+
+def test_siren_init_with_a_negative_omega():
+    # sin(−ω₀p) is a valid network; SIREN's bounds use |ω₀|.
+    net = fieldfuse.nn.MLP(2, 1, 16, 2, activation="sine", sine_omega0=-30.0)
+    assert 0 < net.weights[1].abs().max() <= (6 / 16) ** 0.5 / 30.0
+
+
+def test_from_torch_keyword_arguments():
+    seq = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Softplus(beta=5.0),
+                              torch.nn.Linear(16, 1))
+    with pytest.raises(TypeError, match=r"^MLP\.from_torch\(\): expected no keyword argument but "
+                       r"compute_dtype \(the rest comes from the Sequential\), but got "
+                       r"bias, softplus_beta$"):
+        fieldfuse.nn.MLP.from_torch(seq, softplus_beta=5.0, bias=True)
+    assert fieldfuse.nn.MLP.from_torch(seq, compute_dtype=torch.float32).compute_dtype == \
+        torch.float32
+
+
 def test_in_and_out_features():
     net = fieldfuse.nn.MLP(5, 3, 16, 2)
     assert (net.in_features, net.out_features) == (5, 3)

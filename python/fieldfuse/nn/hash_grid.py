@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..hash_grid import hash_grid, hash_grid_num_params
+from ..hash_grid import INTERPOLATIONS, _input_grad, hash_grid, hash_grid_num_params
 
 __all__ = ["HashGrid"]
 
@@ -47,6 +47,12 @@ class HashGrid(nn.Module):
         device: torch.device | str | None = None,
     ):
         super().__init__()
+        # The other options are checked by hash_grid_num_params below; interpolation would
+        # otherwise wait for the first forward.
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError("HashGrid(): expected interpolation to be "
+                             f"{' or '.join(repr(n) for n in INTERPOLATIONS)}, but got "
+                             f"{interpolation!r}")
         self.n_input_dims = n_input_dims
         self.n_levels = n_levels
         self.n_features_per_level = n_features_per_level
@@ -66,12 +72,29 @@ class HashGrid(nn.Module):
     def n_output_dims(self) -> int:
         return self.n_levels * self.n_features_per_level
 
+    def _check_points(self, x: Tensor) -> None:
+        # The table of some configs has the same rows in 2-D and 3-D, so the op cannot tell a
+        # [B, 2] x given to a 3-D encoding (or the reverse): the module knows its D.
+        if isinstance(x, Tensor) and x.dim() == 2 and x.shape[1] != self.n_input_dims:
+            raise ValueError(f"HashGrid(): expected x to have n_input_dims = {self.n_input_dims} "
+                             f"columns, but got shape {list(x.shape)}")
+
     def forward(self, x: Tensor) -> Tensor:
+        self._check_points(x)
         return hash_grid(
             x, self.params, n_levels=self.n_levels, n_features_per_level=self.n_features_per_level,
             log2_hashmap_size=self.log2_hashmap_size, base_resolution=self.base_resolution,
             per_level_scale=self.per_level_scale, interpolation=self.interpolation,
         )
+
+    def input_grad(self, x: Tensor, grad_out: Tensor) -> Tensor:
+        """``∂(Σ grad_out ⊙ self(x))/∂x``, ``[B, n_input_dims]``: the encoding's backward to x
+        alone, differentiable again (to grad_out, x and the table) where grad mode records it,
+        and without recording the forward (it runs under no_grad and inference_mode too)."""
+        self._check_points(x)
+        config = [self.n_levels, self.n_features_per_level, self.log2_hashmap_size,
+                  self.base_resolution, float(self.per_level_scale), self.interpolation]
+        return _input_grad(grad_out, x, self.params, config)
 
     def extra_repr(self) -> str:
         return (f"n_input_dims={self.n_input_dims}, n_levels={self.n_levels}, "

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from .hash_grid import HashGrid
@@ -60,11 +59,10 @@ class HashGridMLP(nn.Module):
         """``(self(x), ∂(Σ grad_out ⊙ self(x))/∂x)`` (grad_out None: ones, so ``∇ₓy`` of a
         one-output SDF), differentiable: the network's part through
         :meth:`fieldfuse.nn.MLP.value_and_input_grad` (one double-backward sweep for losses on
-        both outputs, Note [mlp value and input gradient]), the encoding's through its own
-        differentiable backward. Gradients reach x where it requires them."""
-        with torch.enable_grad():  # the encoding's backward is part of the result
-            points = x if x.requires_grad else x.detach().requires_grad_()
-            features = self.encoding(points)
-            y, grad_features = self.network.value_and_input_grad(features, grad_out)
-            (grad_x,) = torch.autograd.grad(features, points, grad_features, create_graph=True)
-        return y, grad_x
+        both outputs, Note [mlp value and input gradient]), the encoding's through
+        :meth:`fieldfuse.nn.HashGrid.input_grad` (its backward op, itself differentiable).
+        Gradients reach x where it requires them; under no_grad or inference_mode nothing is
+        recorded."""
+        features = self.encoding(x)
+        y, grad_features = self.network.value_and_input_grad(features, grad_out)
+        return y, self.encoding.input_grad(x, grad_features)

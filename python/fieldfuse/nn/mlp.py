@@ -50,13 +50,28 @@ class MLP(torch.nn.Module):
                    for i, o in zip(sizes[:-1], sizes[1:])]
         self.weights = torch.nn.ParameterList([lin.weight for lin in linears])
         self.biases = torch.nn.ParameterList([lin.bias for lin in linears]) if bias else None
+        self._check_network()
         if activation == "sine":
             self._siren_init(activation_params.get("sine_omega0", 30.0))
 
     @torch.no_grad()
+    def _check_network(self) -> None:
+        """The op's own checks of the widths, activations and their parameters, on an empty
+        batch, so a network it would refuse is refused here rather than at the first forward
+        (compute_dtype is checked there: it depends on the device the module will be moved to)."""
+        if self.weights[0].is_meta:
+            return  # the fake impl checks nothing
+        kwargs = dict(self._network_kwargs(), compute_dtype=None)
+        empty = self.weights[0].new_empty((0, self.in_features))
+        mlp(empty, list(self.weights), self._biases(), **kwargs)
+
+    @torch.no_grad()
     def _siren_init(self, omega0: float) -> None:
+        if omega0 == 0:
+            raise ValueError("MLP(): expected sine_omega0 to be non-zero for SIREN's init (its "
+                             "bounds divide by ω₀), but got 0")
         for k, w in enumerate(self.weights):
-            bound = 1.0 / w.shape[1] if k == 0 else math.sqrt(6.0 / w.shape[1]) / omega0
+            bound = 1.0 / w.shape[1] if k == 0 else math.sqrt(6.0 / w.shape[1]) / abs(omega0)
             w.uniform_(-bound, bound)
 
     @property
@@ -92,7 +107,12 @@ class MLP(torch.nn.Module):
 
         Hidden activations must all be the same module type; a trailing activation becomes
         ``output_activation``. Sine and exp have no torch module, so they cannot come from here.
+        ``kwargs`` go to the constructor: ``compute_dtype`` (the rest comes from the Sequential).
         """
+        derived = sorted(set(kwargs) - {"compute_dtype"})
+        if derived:
+            raise TypeError("MLP.from_torch(): expected no keyword argument but compute_dtype "
+                            f"(the rest comes from the Sequential), but got {', '.join(derived)}")
         modules = list(sequential)
         linears = [m for m in modules if isinstance(m, torch.nn.Linear)]
         acts = [m for m in modules if not isinstance(m, torch.nn.Linear)]
