@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 namespace fieldfuse::detail {
 
@@ -155,6 +156,32 @@ void check_dense(const char* op, const char* arg, const TensorRef& t) {
   }
 }
 
+namespace {
+
+/// Whether t's element count and the bytes its strides reach fit in int64. numel() and the
+/// drivers' offsets are int64 products: one that overflowed would turn a huge view into an empty
+/// or negative one (and let a null pointer through the data check).
+bool fits_int64(const TensorRef& t) {
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.sizes[i] == 0) return true;  // no element is ever addressed
+  }
+  const auto element = static_cast<int64_t>(dtype_size(t.dtype));
+  int64_t elements = 1, reach = 0, bytes = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    int64_t extent = 0;
+    if (t.strides[i] == INT64_MIN || __builtin_mul_overflow(elements, t.sizes[i], &elements) ||
+        __builtin_mul_overflow(t.sizes[i] - 1, std::abs(t.strides[i]), &extent) ||
+        __builtin_add_overflow(reach, extent, &reach)) {
+      return false;
+    }
+  }
+  return !__builtin_mul_overflow(elements, element, &bytes) &&
+         !__builtin_add_overflow(reach, int64_t{1}, &reach) &&
+         !__builtin_mul_overflow(reach, element, &bytes);
+}
+
+}  // namespace
+
 void check_storage(const char* op, const char* arg, const TensorRef& t, bool needs_data) {
   if (t.ndim < 0 || t.ndim > kMaxDims) {
     fail(ErrorKind::Value, op,
@@ -167,6 +194,11 @@ void check_storage(const char* op, const char* arg, const TensorRef& t, bool nee
            "expected " + std::string(arg) + " to have non-negative sizes, but got shape " +
                t.shape_str());
     }
+  }
+  if (!fits_int64(t)) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to span fewer than 2^63 bytes, but got shape " +
+             t.shape_str() + " (its element count or strides overflow 64 bits)");
   }
   if (needs_data && t.data == nullptr && t.numel() > 0) {
     fail(ErrorKind::Value, op,

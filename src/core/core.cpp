@@ -100,6 +100,8 @@ bool TensorRef::is_contiguous() const {
 }
 
 std::string TensorRef::shape_str() const {
+  // Error messages print shapes before every check has run: an ndim out of range reads no sizes.
+  if (ndim < 0 || ndim > kMaxDims) return "(ndim " + std::to_string(ndim) + ")";
   std::string s = "[";
   for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
   return s + "]";
