@@ -24,7 +24,7 @@
 //   runs the matrix products on tensor cores with float32 accumulation; the parameters stay float32
 //   masters and every output is float32.
 // - outputs (`out`, `grad_*`) are contiguous, on x's device, fully written (never accumulated
-//   into), so they may be uninitialised; they must not overlap any input (checked).
+//   into), so they may be uninitialised; they must not overlap any input or each other (checked).
 // - nothing is saved between calls: each backward recomputes the forward it needs (Note [mlp
 //   recompute] in src/mlp/mlp_drivers.h), so the backward entries take exactly the forward's
 //   inputs plus the upstream gradients.
@@ -33,8 +33,9 @@
 //   memory is). The queries read only metadata (shapes, strides, dtypes, device, options), never
 //   data, so the sizes are fixed for a CUDA graph. The library itself never allocates.
 // - determinism: parameter gradients are reduced per block of rows into the workspace and the
-//   blocks summed in a fixed order; no atomics. The same inputs give the same bits on every call
-//   of a device, whatever the CPU thread count. CPU and CUDA agree to rounding.
+//   blocks summed in a fixed order (where a kernel adds into its block's slot with atomics, each
+//   address has one writer, so the order is still fixed). The same inputs give the same bits on
+//   every call of a device, whatever the CPU thread count. CPU and CUDA agree to rounding.
 // - all work is enqueued on `stream` for CUDA tensors (no host synchronisation, so CUDA graphs can
 //   capture it); CPU calls run to completion with OpenMP.
 #pragma once
@@ -50,9 +51,11 @@ namespace fieldfuse {
 struct MLPOptions {
   const char* activation = "relu";         ///< hidden layers
   const char* output_activation = "none";  ///< the last layer
-  double softplus_beta = 1.0;              ///< finite, > 0
-  double sine_omega0 = 30.0;               ///< finite, != 0
-  double leaky_slope = 0.01;               ///< finite
+  // Below float64 compute the drivers hold these in float32, so there they must also be normal
+  // (softplus_beta, sine_omega0) or finite (leaky_slope) as float32 numbers.
+  double softplus_beta = 1.0;  ///< finite, > 0
+  double sine_omega0 = 30.0;   ///< finite, != 0
+  double leaky_slope = 0.01;   ///< finite
   /// Matrix-product dtype: empty = x's dtype; Float16 or BFloat16 = tensor cores (CUDA only).
   std::optional<DType> compute_dtype;
 };

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -51,6 +52,23 @@ Activation parse_activation(const char* op, const char* arg, const char* name) {
            (name == nullptr ? std::string("null") : "\"" + std::string(name) + "\""));
 }
 
+/// Below float64 the drivers hold the activation parameters in float32: one that rounds to inf,
+/// or a β or ω₀ that rounds to 0 or a subnormal (1/β overflows), would give NaN outputs.
+void check_float32_params(const char* op, const MLPOptions& options) {
+  const auto check = [op](const char* arg, double value, bool normal) {
+    const float rounded = static_cast<float>(value);
+    if (normal ? !std::isnormal(rounded) : !std::isfinite(rounded)) {
+      fail(ErrorKind::Value, op,
+           "expected " + std::string(arg) + " to be a " + (normal ? "normal" : "finite") +
+               " float32 number (float32 and 16-bit compute hold it in float32), but got " +
+               detail::number_text(value));
+    }
+  };
+  check("softplus_beta", options.softplus_beta, true);
+  check("sine_omega0", options.sine_omega0, true);
+  check("leaky_slope", options.leaky_slope, false);
+}
+
 std::string indexed(const char* arg, int k) {
   return std::string(arg) + "[" + std::to_string(k) + "]";
 }
@@ -88,6 +106,16 @@ void check_like_x(const char* op, const char* arg, const TensorRef& t, const Ten
   detail::check_storage(op, arg, t, needs_data);
   detail::check_same_device(op, arg, t, "x", x);
   detail::check_dtype(op, arg, t, x.dtype, "the dtype of x");
+}
+
+/// An argument the entry needs, given as an absent (default) TensorRef: named as such, where the
+/// checks that follow would report a null pointer for shape [].
+void check_given(const char* op, const char* arg, const TensorRef& t, const std::string& layout) {
+  if (is_absent(t)) {
+    fail(ErrorKind::Value, op,
+         "expected " + std::string(arg) + " to be a tensor of shape " + layout +
+             ", but got an absent (default-constructed) TensorRef");
+  }
 }
 
 /// The layer table and options of a call: everything every entry checks first. `needs_data` is
@@ -167,7 +195,11 @@ struct Network {
                detail::number_text(options.softplus_beta));
     }
     check_finite(op, "sine_omega0", options.sine_omega0);
+    if (options.sine_omega0 == 0.0) {
+      fail(ErrorKind::Value, op, "expected sine_omega0 to be non-zero, but got 0");
+    }
     check_finite(op, "leaky_slope", options.leaky_slope);
+    if (problem.compute_dtype != DType::Float64) check_float32_params(op, options);
     problem.params.softplus_beta = options.softplus_beta;
     problem.params.sine_omega0 = options.sine_omega0;
     problem.params.leaky_slope = options.leaky_slope;
@@ -206,6 +238,7 @@ MatrixView matrix_view(const TensorRef& t) {
 /// An input matrix [B, cols] on x's device in x's dtype (grad_out, grad_grad_x).
 MatrixView checked_matrix(const char* op, const char* arg, const TensorRef& t, const TensorRef& x,
                           int64_t cols, const char* layout) {
+  check_given(op, arg, t, layout);
   check_like_x(op, arg, t, x, true);
   detail::check_shape(op, arg, t, {x.sizes[0], cols}, layout);
   return matrix_view(t);
@@ -219,7 +252,34 @@ struct Inputs {
   int num_layers;
   const TensorRef* extra[3];  ///< grad_out, grad_grad_x, grad_y where the entry takes them
   const char* extra_names[3];
+  /// The double backward's upstream gradients of grad_weights / grad_biases (null: none).
+  const TensorRef* upstream_weights = nullptr;
+  const TensorRef* upstream_biases = nullptr;
 };
+
+/// Outputs must not share memory with each other either: of two on one buffer only the one
+/// written last would survive. `named` are the entry's single outputs (null: not asked for),
+/// then come the parameter gradients of every layer.
+void check_outputs_disjoint(const char* op,
+                            std::initializer_list<std::pair<const char*, const TensorRef*>> named,
+                            const TensorRef* grad_weights, const TensorRef* grad_biases,
+                            int num_layers) {
+  std::vector<std::pair<std::string, const TensorRef*>> written;
+  const auto add = [&written](std::string name, const TensorRef* t) {
+    if (t != nullptr && !is_absent(*t)) written.emplace_back(std::move(name), t);
+  };
+  for (const auto& [name, t] : named) add(name, t);
+  for (int k = 0; k < num_layers; ++k) {
+    if (grad_weights != nullptr) add(indexed("grad_weights", k), &grad_weights[k]);
+    if (grad_biases != nullptr) add(indexed("grad_biases", k), &grad_biases[k]);
+  }
+  for (std::size_t i = 1; i < written.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      detail::check_disjoint(op, written[i].first.c_str(), *written[i].second,
+                             written[j].first.c_str(), *written[j].second);
+    }
+  }
+}
 
 /// A contiguous output of x's dtype and device, shaped `expected` (`layout` for the message),
 /// disjoint from every input. Returns its data pointer.
@@ -227,6 +287,7 @@ void* checked_output(const char* op, const std::string& arg, const TensorRef& t,
                      std::initializer_list<int64_t> expected, const std::string& layout,
                      const Inputs& in) {
   const char* name = arg.c_str();
+  check_given(op, name, t, layout);
   check_like_x(op, name, t, in.x, true);
   detail::check_shape(op, name, t, expected, layout.c_str());
   detail::check_contiguous(op, name, t);
@@ -235,6 +296,14 @@ void* checked_output(const char* op, const std::string& arg, const TensorRef& t,
     detail::check_disjoint(op, name, t, indexed("weights", k).c_str(), in.weights[k]);
     if (in.biases != nullptr && !is_absent(in.biases[k])) {
       detail::check_disjoint(op, name, t, indexed("biases", k).c_str(), in.biases[k]);
+    }
+    if (in.upstream_weights != nullptr && !is_absent(in.upstream_weights[k])) {
+      detail::check_disjoint(op, name, t, indexed("grad_grad_weights", k).c_str(),
+                             in.upstream_weights[k]);
+    }
+    if (in.upstream_biases != nullptr && !is_absent(in.upstream_biases[k])) {
+      detail::check_disjoint(op, name, t, indexed("grad_grad_biases", k).c_str(),
+                             in.upstream_biases[k]);
     }
   }
   for (int i = 0; i < 3; ++i) {
@@ -459,6 +528,8 @@ void mlp_backward(const TensorRef& x, const TensorRef* weights, const TensorRef*
   if (grad_x != nullptr) args.grad_x = shapes.output_like_x("grad_x", *grad_x);
   if (out != nullptr) args.out = shapes.output_like_y("out", *out, "the shape of the output");
   bind_parameter_grads(op, net, grad_weights, grad_biases, biases, in);
+  check_outputs_disjoint(op, {{"grad_x", grad_x}, {"out", out}}, grad_weights, grad_biases,
+                         num_layers);
   args.problem = net.problem;
   run(op, kBackwardDrivers, args, workspace, workspace_bytes, stream);
 }
@@ -486,7 +557,9 @@ void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const Ten
                   biases,
                   num_layers,
                   {&grad_out, &grad_grad_x, grad_y},
-                  {"grad_out", "grad_grad_x", "grad_y"}};
+                  {"grad_out", "grad_grad_x", "grad_y"},
+                  grad_grad_weights,
+                  grad_grad_biases};
   const BatchShapes shapes(op, in, net);
   detail::mlp::DoubleBackwardArgs args;
   args.x = matrix_view(x);
@@ -500,6 +573,8 @@ void mlp_double_backward(const TensorRef& x, const TensorRef* weights, const Ten
   }
   if (grad_x != nullptr) args.grad_x = shapes.output_like_x("grad_x", *grad_x);
   bind_parameter_grads(op, net, grad_weights, grad_biases, biases, in);
+  check_outputs_disjoint(op, {{"grad_grad_out", grad_grad_out}, {"grad_x", grad_x}}, grad_weights,
+                         grad_biases, num_layers);
   args.problem = net.problem;
   run(op, kDoubleBackwardDrivers, args, workspace, workspace_bytes, stream);
 }

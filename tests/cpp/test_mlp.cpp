@@ -274,6 +274,40 @@ TEST(MlpApi, RejectsOutputsTheNetworkCannotTake) {
   TensorRef grad_x = ref(gx, {B, I});
   backward(&grad_x, grad_b);  // the same call with valid outputs runs
 
+  // Outputs on one buffer: only the one written last would survive.
+  std::vector<double> shared(H * H);
+  TensorRef same_buffer[2] = {ref(shared, {H, I}), ref(shared, {O, H})};
+  const std::string overlapping = error_of([&] {
+    fieldfuse::mlp_backward(xr, weights, biases, 2, options, gr, &grad_x, same_buffer, grad_b,
+                            nullptr, ws.data(), ws.size());
+  });
+  EXPECT_EQ(overlapping.rfind(
+                "mlp_backward(): expected grad_weights[1] not to overlap grad_weights[0]", 0),
+            0u)
+      << overlapping;
+  std::vector<double> y(B * O);
+  TensorRef y_over_grad_x = ref(gx, {B, O});  // out written over grad_x's buffer
+  const std::string out_over = error_of([&] {
+    fieldfuse::mlp_backward(xr, weights, biases, 2, options, gr, &grad_x, grad_w, grad_b,
+                            &y_over_grad_x, ws.data(), ws.size());
+  });
+  EXPECT_EQ(out_over.rfind("mlp_backward(): expected out not to overlap grad_x", 0), 0u)
+      << out_over;
+  // An absent entry where a gradient is asked for is named as such.
+  TensorRef missing[2] = {ref(gw1, {H, I}), TensorRef{}};
+  EXPECT_EQ(error_of([&] {
+              fieldfuse::mlp_backward(xr, weights, biases, 2, options, gr, &grad_x, missing, grad_b,
+                                      nullptr, ws.data(), ws.size());
+            }),
+            "mlp_backward(): expected grad_weights[1] to be a tensor of shape [2, 16], but got an "
+            "absent (default-constructed) TensorRef");
+  // A corrupt ndim is refused, not read past the sizes array while printing the shape.
+  TensorRef corrupt{};
+  corrupt.ndim = 100000000;
+  TensorRef corrupt_b[2] = {ref(gb1, {H}), corrupt};
+  EXPECT_NE(error_of([&] { backward(&grad_x, corrupt_b); }).find("(ndim 100000000)"),
+            std::string::npos);
+
   std::vector<double> gg_b2(O), ggo(B * O);
   TensorRef grad_grad_b[2] = {TensorRef{}, ref(gg_b2, {O})};
   TensorRef grad_grad_out = ref(ggo, {B, O});
@@ -285,6 +319,32 @@ TEST(MlpApi, RejectsOutputsTheNetworkCannotTake) {
             }),
             "mlp_double_backward(): expected grad_grad_biases[1] to be absent (layer 1 has no "
             "bias), but got shape [2]");
+  // The upstream gradients of the parameter gradients are inputs: outputs stay clear of them.
+  const std::string upstream = error_of([&] {
+    fieldfuse::mlp_double_backward(xr, weights, biases, 2, options, gr, ref(v, {B, I}), grad_w,
+                                   nullptr, nullptr, &grad_grad_out, &grad_x, grad_w, grad_b,
+                                   ws.data(), ws.size());
+  });
+  EXPECT_EQ(upstream.rfind("mlp_double_backward(): expected grad_weights[0] not to overlap "
+                           "grad_grad_weights[0]",
+                           0),
+            0u)
+      << upstream;
+}
+
+/// Sizes whose element count overflows int64 are refused before any data pointer is trusted
+/// (the count wrapped to 0 or below and let a null x through to the driver).
+TEST(MlpApi, RejectsSizesThatOverflow) {
+  std::vector<double> w1(16 * 16), w2(16 * 16);
+  TensorRef weights[2] = {ref(w1, {16, 16}), ref(w2, {16, 16})};
+  const TensorRef x = TensorRef::contiguous(nullptr, DType::Float64, {}, {int64_t{1} << 62, 16});
+  const std::string error =
+      error_of([&] { fieldfuse::mlp_forward_workspace_size(x, weights, nullptr, 2, {}); });
+  EXPECT_EQ(error.rfind("mlp(): expected x to span fewer than 2^63 bytes, but got shape "
+                        "[4611686018427387904, 16]",
+                        0),
+            0u)
+      << error;
 }
 
 }  // namespace

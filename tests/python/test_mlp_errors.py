@@ -4,6 +4,8 @@ argument (and layer) at fault."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -59,6 +61,16 @@ def _cases():
         yield _case(f"{arg} {value}", ValueError,
                     rf"^mlp\(\): expected {arg} to be finite, but got {value}$",
                     lambda arg=arg, value=value: fieldfuse.mlp(x, w, b, **{arg: float(value)}))
+    yield _case("sine omega zero", ValueError,
+                r"^mlp\(\): expected sine_omega0 to be non-zero, but got 0$",
+                lambda: fieldfuse.mlp(x, w, b, activation="sine", sine_omega0=0.0))
+    # float32 compute holds the parameters in float32, where these become 0 or inf (NaN outputs).
+    for arg, value, kind in (("softplus_beta", 1e-300, "normal"), ("sine_omega0", 1e300, "normal"),
+                             ("leaky_slope", 1e300, "finite")):
+        yield _case(f"{arg} {value:g} in float32", ValueError,
+                    rf"^mlp\(\): expected {arg} to be a {kind} float32 number \(float32 and 16-bit "
+                    rf"compute hold it in float32\), but got {re.escape(f'{value:g}')}$",
+                    lambda arg=arg, value=value: fieldfuse.mlp(x, w, b, **{arg: value}))
     yield _case("zero input width", ValueError,
                 r"^mlp\(\): expected weights\[0\] to have non-zero sizes, but got shape \[16, 0\]",
                 lambda: fieldfuse.mlp(torch.randn(5, 0), [torch.randn(16, 0), w[1]]))
@@ -112,6 +124,13 @@ def _cases():
 def test_error(exc, pattern, call):
     with pytest.raises(exc, match=pattern):
         call()
+
+
+def test_float64_takes_parameters_beyond_float32():
+    # float64 compute keeps the parameters in float64: the same values are valid there.
+    x, w, b = _net(dtype=torch.float64)
+    y = fieldfuse.mlp(x, w, b, activation="softplus", softplus_beta=1e-300)
+    assert torch.isfinite(y).all()
 
 
 def test_compute_dtype_equal_to_x_dtype_is_accepted():

@@ -98,7 +98,7 @@ def test_unknown_activation_parameter_is_refused():
     (dict(activation="softplus", softplus_beta=0.0), ValueError,
      r"^mlp\(\): expected softplus_beta to be > 0, but got 0"),
     (dict(activation="sine", sine_omega0=0.0), ValueError,
-     r"^MLP\(\): expected sine_omega0 to be non-zero for SIREN's init"),
+     r"^mlp\(\): expected sine_omega0 to be non-zero, but got 0"),
 ])
 def test_constructor_refuses_what_the_op_would(kwargs, exc, message):
     # Refused when the module is built, not at its first forward.
