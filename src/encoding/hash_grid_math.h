@@ -60,18 +60,24 @@ inline LevelInfo level_info(int dims, float scale, int log2_hashmap_size) {
   LevelInfo info;
   info.scale = scale;
   info.res = static_cast<uint32_t>(std::ceil(scale)) + 1u;
+  // res_l^D, capped at kMaxDenseRows for the row count; `capped` remembers that the real product
+  // is larger. A capped level is hashed even where its table is 2^31 rows (T = 31), which the
+  // cap alone would fit: tiny-cuda-nn compares the real product with the level's rows.
   int64_t dense = 1;
+  bool capped = false;
   for (int i = 0; i < dims; ++i) {
-    dense = dense > kMaxDenseRows / static_cast<int64_t>(info.res)
-                ? kMaxDenseRows
-                : dense * static_cast<int64_t>(info.res);
+    if (dense > kMaxDenseRows / static_cast<int64_t>(info.res)) {
+      dense = kMaxDenseRows;
+      capped = true;
+    } else {
+      dense *= static_cast<int64_t>(info.res);
+    }
   }
-  if (dense > kMaxDenseRows) dense = kMaxDenseRows;
   const int64_t rounded = (dense + 7) / 8 * 8;
   const int64_t table = int64_t{1} << log2_hashmap_size;
   const int64_t rows = rounded < table ? rounded : table;
   info.rows = static_cast<uint32_t>(rows);
-  info.dense = dense <= rows;
+  info.dense = !capped && dense <= rows;
   return info;
 }
 

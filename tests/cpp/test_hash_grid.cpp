@@ -49,6 +49,12 @@ TEST(HashGrid, NumParamsMatchesHandComputedSizes) {
   EXPECT_TRUE(hg::level_info(2, 1.0f, 2).dense);
   // per_level_scale 1.5 from N = 16: res 16 (dense), then ~24, ~36, ~54 (hashed into 2^9).
   EXPECT_EQ(fieldfuse::hash_grid_num_params(2, config(4, 1, 9, 16, 1.5)), 256 + 3 * 512);
+  // res^D beyond 2^31 − 1 caps the dense size at 2^31 rows, which a T = 31 table holds: the level
+  // is still hashed (50000² = 2.5e9 vertices), as in tiny-cuda-nn; 46000² = 2.1e9 fits densely.
+  const hg::LevelInfo big = hg::level_info(2, 49999.0f, 31);
+  EXPECT_EQ(big.rows, uint32_t{1} << 31);
+  EXPECT_FALSE(big.dense);
+  EXPECT_TRUE(hg::level_info(2, 45999.0f, 31).dense);
 }
 
 TEST(HashGrid, VertexRowsAreDenseOrHashedModuloRows) {
