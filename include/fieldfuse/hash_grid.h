@@ -56,11 +56,11 @@ namespace fieldfuse {
 
 /// The encoding's hyperparameters, named as in `fieldfuse.hash_grid(...)`'s keyword arguments.
 struct HashGridConfig {
-  int n_levels = 16;             ///< L >= 1
-  int n_features_per_level = 2;  ///< F ∈ {1, 2, 4, 8}; must equal params' second dim
-  int log2_hashmap_size = 19;    ///< T ∈ [1, 31]
-  int base_resolution = 16;      ///< N >= 1
-  double per_level_scale = 2.0;  ///< b >= 1, finite; the finest scale_l must not exceed 2^24
+  int n_levels = 16;                     ///< L >= 1
+  int n_features_per_level = 2;          ///< F ∈ {1, 2, 4, 8}; must equal params' second dim
+  int log2_hashmap_size = 19;            ///< T ∈ [1, 31]
+  int base_resolution = 16;              ///< N >= 1
+  double per_level_scale = 2.0;          ///< b >= 1, finite in float32; the finest scale_l <= 2^24
   const char* interpolation = "linear";  ///< "linear" or "smoothstep"
 };
 

@@ -45,9 +45,11 @@ void make_levels(const char* op, const HashGridConfig& config, hg::Problem& pb) 
   check_range(op, "log2_hashmap_size", config.log2_hashmap_size, 1, 31);
   check_range(op, "base_resolution", config.base_resolution, 1, int64_t{1} << 24);
   const double b = config.per_level_scale;
-  if (!(std::isfinite(b) && b >= 1.0)) {
+  // The level scales are float32 (as tiny-cuda-nn computes them): b must be finite there too.
+  if (!(std::isfinite(static_cast<float>(b)) && b >= 1.0)) {
     fail(ErrorKind::Value, op,
-         "expected per_level_scale to be finite and >= 1, but got " + detail::number_text(b));
+         "expected per_level_scale to be finite (as a float32 number) and >= 1, but got " +
+             detail::number_text(b));
   }
   const char* interp = config.interpolation;
   const bool linear = interp != nullptr && std::strcmp(interp, "linear") == 0;

@@ -86,8 +86,14 @@ def _cases():
                     _grid(log2_hashmap_size=bad))
     yield _case("base-0", ValueError, r"hash_grid.*\bbase_resolution\b.*0", _grid(base_resolution=0))
     for bad in (0.5, math.nan, math.inf):
-        yield _case(f"scale-{bad}", ValueError, r"hash_grid.*\bper_level_scale\b",
-                    _grid(per_level_scale=bad))
+        yield _case(f"scale-{bad}", ValueError,
+                    r"hash_grid.*expected per_level_scale to be finite \(as a float32 number\) "
+                    rf"and >= 1, but got {bad}$", _grid(per_level_scale=bad))
+    # Finite as a double but inf in float32, where the level scales are computed.
+    yield _case("scale-beyond-float32", ValueError,
+                r"hash_grid.*expected per_level_scale to be finite \(as a float32 number\) "
+                r"and >= 1, but got 1e\+39$",
+                _grid(n_levels=1, per_level_scale=1e39))
     yield _case("scale-too-fine", ValueError, r"hash_grid.*\bfinest level's scale\b",
                 _grid(n_levels=30, per_level_scale=2.0))
     yield _case("interp-value", ValueError, r'hash_grid.*\binterpolation\b.*"cubic"',
