@@ -246,10 +246,11 @@ def hash_grid(
     return _ops["hash_grid_forward"](x, params, *config)
 
 
-def _input_grad(grad_out: Tensor, x: Tensor, params: Tensor, config: list) -> Tensor:
-    """``∂(Σ grad_out ⊙ hash_grid(x, params))/∂x`` from the backward op alone, which is itself
-    differentiable (to grad_out, x and params): what ``autograd.grad(..., create_graph=True)``
-    through the forward gives, without recording the forward, so it also runs under no_grad and
-    inference_mode (and there records nothing)."""
+def _input_grad(grad_out: Tensor, x: Tensor, params: Tensor, **options) -> Tensor:
+    """``∂(Σ grad_out ⊙ hash_grid(x, params, **options))/∂x`` from the backward op alone, which is
+    itself differentiable (to grad_out, x and params): what ``autograd.grad(...,
+    create_graph=True)`` through the forward gives, without recording the forward, so it also runs
+    under no_grad and inference_mode (and there records nothing)."""
+    config = _config("hash_grid", **options)
     grad_x, _ = _ops["hash_grid_backward"](grad_out, x, params, *config, [True, False])
     return grad_x

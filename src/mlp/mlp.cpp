@@ -292,20 +292,19 @@ void* checked_output(const char* op, const std::string& arg, const TensorRef& t,
   detail::check_shape(op, name, t, expected, layout.c_str());
   detail::check_contiguous(op, name, t);
   detail::check_disjoint(op, name, t, "x", in.x);
-  for (int k = 0; k < in.num_layers; ++k) {
-    detail::check_disjoint(op, name, t, indexed("weights", k).c_str(), in.weights[k]);
-    if (in.biases != nullptr && !is_absent(in.biases[k])) {
-      detail::check_disjoint(op, name, t, indexed("biases", k).c_str(), in.biases[k]);
+  // Each per-layer input array (null: none; absent entries: that layer has none).
+  const auto clear_of = [&](const char* input, const TensorRef* per_layer) {
+    if (per_layer == nullptr) return;
+    for (int k = 0; k < in.num_layers; ++k) {
+      if (!is_absent(per_layer[k])) {
+        detail::check_disjoint(op, name, t, indexed(input, k).c_str(), per_layer[k]);
+      }
     }
-    if (in.upstream_weights != nullptr && !is_absent(in.upstream_weights[k])) {
-      detail::check_disjoint(op, name, t, indexed("grad_grad_weights", k).c_str(),
-                             in.upstream_weights[k]);
-    }
-    if (in.upstream_biases != nullptr && !is_absent(in.upstream_biases[k])) {
-      detail::check_disjoint(op, name, t, indexed("grad_grad_biases", k).c_str(),
-                             in.upstream_biases[k]);
-    }
-  }
+  };
+  clear_of("weights", in.weights);
+  clear_of("biases", in.biases);
+  clear_of("grad_grad_weights", in.upstream_weights);
+  clear_of("grad_grad_biases", in.upstream_biases);
   for (int i = 0; i < 3; ++i) {
     if (in.extra[i] != nullptr)
       detail::check_disjoint(op, name, t, in.extra_names[i], *in.extra[i]);

@@ -79,22 +79,23 @@ class HashGrid(nn.Module):
             raise ValueError(f"HashGrid(): expected x to have n_input_dims = {self.n_input_dims} "
                              f"columns, but got shape {list(x.shape)}")
 
+    def _options(self) -> dict:
+        """The encoding's keyword arguments of :func:`fieldfuse.hash_grid`."""
+        return dict(n_levels=self.n_levels, n_features_per_level=self.n_features_per_level,
+                    log2_hashmap_size=self.log2_hashmap_size,
+                    base_resolution=self.base_resolution, per_level_scale=self.per_level_scale,
+                    interpolation=self.interpolation)
+
     def forward(self, x: Tensor) -> Tensor:
         self._check_points(x)
-        return hash_grid(
-            x, self.params, n_levels=self.n_levels, n_features_per_level=self.n_features_per_level,
-            log2_hashmap_size=self.log2_hashmap_size, base_resolution=self.base_resolution,
-            per_level_scale=self.per_level_scale, interpolation=self.interpolation,
-        )
+        return hash_grid(x, self.params, **self._options())
 
     def input_grad(self, x: Tensor, grad_out: Tensor) -> Tensor:
         """``∂(Σ grad_out ⊙ self(x))/∂x``, ``[B, n_input_dims]``: the encoding's backward to x
         alone, differentiable again (to grad_out, x and the table) where grad mode records it,
         and without recording the forward (it runs under no_grad and inference_mode too)."""
         self._check_points(x)
-        config = [self.n_levels, self.n_features_per_level, self.log2_hashmap_size,
-                  self.base_resolution, float(self.per_level_scale), self.interpolation]
-        return _input_grad(grad_out, x, self.params, config)
+        return _input_grad(grad_out, x, self.params, **self._options())
 
     def extra_repr(self) -> str:
         return (f"n_input_dims={self.n_input_dims}, n_levels={self.n_levels}, "
